@@ -1,0 +1,304 @@
+"""The compiled artefact: token-level transitions of the banned-term automaton for one tokenizer.
+
+An :class:`Artefact` is built once per (tokenizer, word-list version) by :mod:`guardrail.compiler`,
+shared by every request, and drives :class:`guardrail.token_matcher.TokenMatcher`. A decode step costs
+one memoised dictionary lookup; the first visit of a (state, token) pair feeds the token's bytes through
+an incremental UTF-8 decoder and the character automata (one per case mode), a few microseconds.
+
+States are interned tuples ``(utf8_pending_bytes, StreamState, ...)``; state id 0 is the text start.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from guardrail.automaton import START, Automaton, StreamState, symbol_pattern
+from guardrail.term_spec import AllowSpec, TermSpec
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import MatchMode
+
+ROOT_STATE = 0
+#: Memoised (state, token) pairs kept before the non-root memo is cleared (bounds a long-lived process).
+MEMO_LIMIT = 2_000_000
+
+
+class Transition(NamedTuple):
+    """The effect of one token from one state.
+
+    Attributes:
+        state: the next state id.
+        hits: ``(term_id, stream, start)`` per completed match; ``start`` indexes the stream's symbols
+            relative to the first symbol this token emitted (negative: the term began in an earlier token).
+        symbols: symbols emitted per stream.
+        lead: per stream, symbols emitted by the token's first character when that character's first
+            bytes came from earlier tokens (split UTF-8); 0 otherwise.
+    """
+
+    state: int
+    hits: tuple[tuple[int, int, int], ...]
+    symbols: tuple[int, ...]
+    lead: tuple[int, ...]
+
+
+class RootSweep(NamedTuple):
+    """Transitions from the text start for the whole vocab, as arrays (what the compiler stores).
+
+    Attributes:
+        node: ``int32[num_streams, vocab_size]`` automaton node after the token.
+        symbols: ``int32[num_streams, vocab_size]`` symbols emitted.
+        flags: ``uint8[num_streams, vocab_size]``: bit 0 prev_word, bit 1 prev_space, bit 2 exact
+            (no match and no pending allow decision: the arrays describe the transition fully).
+        pending_bytes: ``uint8[vocab_size]`` trailing bytes of an unfinished UTF-8 character.
+        always_banned: ``int64[k]`` token ids that complete a term by themselves from any state.
+    """
+
+    node: np.ndarray
+    symbols: np.ndarray
+    flags: np.ndarray
+    pending_bytes: np.ndarray
+    always_banned: np.ndarray
+
+
+def _decode(pending: bytes, data: bytes, final: bool = False) -> tuple[str, bytes]:
+    """Incremental UTF-8 decoding with U+FFFD replacement, as ``bytes.decode(errors="replace")`` does."""
+    if not pending and not final:
+        try:
+            return data.decode("utf-8"), b""
+        except UnicodeDecodeError:
+            pass
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder.setstate((pending, 0))
+    text = decoder.decode(data, final)
+    return text, decoder.getstate()[0]
+
+
+class Artefact:
+    """Token-level automaton for one vocab and one set of terms.
+
+    Args:
+        vocab: the tokenizer's bytes table (the artefact reads ``vocab.token_bytes``).
+        terms: the flattened terms (:func:`guardrail.term_spec.flatten`).
+        allows: the allow-terms.
+        sweep: precomputed transitions from the text start; computed by the compiler when ``None``.
+    """
+
+    def __init__(self, vocab: TokenVocab, terms: Sequence[TermSpec], allows: Sequence[AllowSpec],
+                 sweep: RootSweep | None = None):
+        self.vocab = vocab
+        self.terms = tuple(terms)
+        self.allows = tuple(allows)
+        self.automata: list[Automaton] = []
+        self.global_ids: list[list[int]] = []  # per stream: local term id -> global term id
+        self.stream_of: dict[int, tuple[int, int]] = {}  # global term id -> (stream, local id)
+        for case_sensitive in (False, True):
+            mine = [t for t in self.terms if t.case_sensitive == case_sensitive]
+            if not mine:
+                continue
+            stream = len(self.automata)
+            allow_patterns = [symbol_pattern(a.normalized, MatchMode.SUBSTRING) for a in self.allows
+                              if a.case_sensitive == case_sensitive]
+            self.automata.append(Automaton(
+                [symbol_pattern(t.normalized, t.match) for t in mine],
+                [t.match is MatchMode.SUBSTRING and bool(allow_patterns) for t in mine],
+                allow_patterns,
+                case_sensitive))
+            self.global_ids.append([t.term_id for t in mine])
+            for local, t in enumerate(mine):
+                self.stream_of[t.term_id] = (stream, local)
+        self._states: list[tuple] = []
+        self._state_ids: dict[tuple, int] = {}
+        self._intern((b"",) + (START,) * len(self.automata))
+        self._memo: list[dict[int, Transition]] = [{}]
+        self._memo_size = 0
+        self._finish_memo: dict[int, Transition] = {}
+        self._candidate_indexes: dict[int, tuple[list[list[int]], dict[int, list[int]]]] = {}
+        self.sweep = sweep if sweep is not None else self.sweep_root()
+
+    # -- states -------------------------------------------------------------------------------------
+    def _intern(self, state: tuple) -> int:
+        state_id = self._state_ids.get(state)
+        if state_id is None:
+            state_id = self._state_ids[state] = len(self._states)
+            self._states.append(state)
+            if hasattr(self, "_memo"):
+                self._memo.append({})
+        return state_id
+
+    @property
+    def num_states(self) -> int:
+        """States interned so far (grows lazily as new contexts are decoded)."""
+        return len(self._states)
+
+    def stream_states(self, state_id: int) -> tuple[StreamState, ...]:
+        return self._states[state_id][1:]
+
+    def has_pending_bytes(self, state_id: int) -> bool:
+        """Whether the text so far ends inside a UTF-8 character."""
+        return bool(self._states[state_id][0])
+
+    def lookback(self, state_id: int) -> tuple[int, ...]:
+        """Per stream, how many of the latest symbols a future match could still start in."""
+        return tuple(a.depth[s.node] for a, s in zip(self.automata, self._states[state_id][1:]))
+
+    @property
+    def always_banned(self) -> np.ndarray:
+        """``int64[k]`` token ids whose own text completes a term from any state (mask them every step)."""
+        return self.sweep.always_banned
+
+    def root_candidates(self, stream: int, nodes: set[int]) -> Iterator[int]:
+        """Token ids whose text, read from the text start, ends with the string of one of ``nodes``.
+
+        That is the failure-link subtree of each node (every node whose suffix chain passes through it),
+        looked up in the root sweep. From other states the same tokens are a superset of those that end
+        there; callers verify with :meth:`transition`.
+        """
+        children, tokens_at = self._candidate_index(stream)
+        stack, seen = list(nodes), set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            yield from tokens_at.get(node, ())
+            stack.extend(children[node])
+
+    def _candidate_index(self, stream: int) -> tuple[list[list[int]], dict[int, list[int]]]:
+        index = self._candidate_indexes.get(stream)
+        if index is None:
+            automaton = self.automata[stream]
+            children: list[list[int]] = [[] for _ in range(automaton.num_nodes)]
+            for node in range(1, automaton.num_nodes):
+                children[automaton.fail[node]].append(node)
+            nodes = self.sweep.node[stream]
+            order = np.argsort(nodes, kind="stable")
+            values, first = np.unique(nodes[order], return_index=True)
+            bounds = list(first[1:]) + [len(order)]
+            tokens_at = {int(v): order[a:b].tolist() for v, a, b in zip(values, first, bounds) if v}
+            index = self._candidate_indexes[stream] = (children, tokens_at)
+        return index
+
+    # -- transitions --------------------------------------------------------------------------------
+    def transition(self, state_id: int, token_id: int) -> Transition:
+        """The effect of ``token_id`` from ``state_id`` (memoised).
+
+        Raises:
+            IndexError: if ``token_id`` is outside the vocab.
+        """
+        row = self._memo[state_id]
+        found = row.get(token_id)
+        if found is None:
+            found = self._root_transition(token_id) if state_id == ROOT_STATE else None
+            if found is None:
+                found = self._compute(state_id, self.vocab.token_bytes[token_id])
+            if self._memo_size >= MEMO_LIMIT:
+                self._forget()
+            row[token_id] = found
+            self._memo_size += 1
+        return found
+
+    def finish(self, state_id: int) -> Transition:
+        """End of text: flush an unfinished UTF-8 character (as U+FFFD), close word boundaries and
+        confirm pending allow-term decisions."""
+        found = self._finish_memo.get(state_id)
+        if found is None:
+            found = self._finish_memo[state_id] = self._compute(state_id, b"", final=True)
+        return found
+
+    def _forget(self) -> None:
+        for row in self._memo[1:]:
+            row.clear()
+        self._memo_size = len(self._memo[0])
+
+    def _compute(self, state_id: int, data: bytes, final: bool = False) -> Transition:
+        pending, *streams = self._states[state_id]
+        text, rest = _decode(pending, data, final)
+        lead_chars = text[:1] if pending and text else ""
+        hits: list[tuple[int, int, int]] = []
+        next_streams: list[StreamState] = []
+        symbols: list[int] = []
+        leads: list[int] = []
+        for stream, (automaton, state) in enumerate(zip(self.automata, streams)):
+            local: list[tuple[int, int]] = []
+            lead = 0
+            if lead_chars:
+                state, lead = automaton.feed(state, lead_chars, local)
+                state, count = automaton.feed(state, text[1:], local, lead)
+            else:
+                state, count = automaton.feed(state, text, local)
+            if final:
+                count += automaton.finish(state, local)
+                state = START
+            ids = self.global_ids[stream]
+            hits.extend((ids[term], stream, start) for term, start in local)
+            next_streams.append(state)
+            symbols.append(count)
+            leads.append(lead)
+        next_state = ROOT_STATE if final else self._intern((rest, *next_streams))
+        return Transition(next_state, tuple(hits), tuple(symbols), tuple(leads))
+
+    def _root_transition(self, token_id: int) -> Transition | None:
+        """Rebuild a root transition from the sweep arrays, or ``None`` when it must be computed."""
+        flags = self.sweep.flags[:, token_id]
+        if not all(flags & 4):
+            return None
+        n_pending = int(self.sweep.pending_bytes[token_id])
+        rest = self.vocab.token_bytes[token_id][-n_pending:] if n_pending else b""
+        streams = tuple(StreamState(int(self.sweep.node[s, token_id]), bool(flags[s] & 1), bool(flags[s] & 2), ())
+                        for s in range(len(self.automata)))
+        symbols = tuple(int(x) for x in self.sweep.symbols[:, token_id])
+        return Transition(self._intern((rest, *streams)), (), symbols, (0,) * len(streams))
+
+    def sweep_root(self) -> RootSweep:
+        """Compute the transitions of every token from the text start (the compiler's main cost)."""
+        vocab_size = len(self.vocab.token_bytes)
+        num_streams = len(self.automata)
+        node = np.zeros((num_streams, vocab_size), dtype=np.int32)
+        symbols = np.zeros((num_streams, vocab_size), dtype=np.int32)
+        flags = np.zeros((num_streams, vocab_size), dtype=np.uint8)
+        pending_bytes = np.zeros(vocab_size, dtype=np.uint8)
+        hitting: list[int] = []
+        feeds = [a.feed for a in self.automata]
+        for token_id, data in enumerate(self.vocab.token_bytes):
+            if not data:
+                flags[:, token_id] = 4
+                continue
+            text, rest = _decode(b"", data)
+            pending_bytes[token_id] = len(rest)
+            any_hit = False
+            for stream, feed in enumerate(feeds):
+                local: list[tuple[int, int]] = []
+                state, count = feed(START, text, local)
+                node[stream, token_id] = state.node
+                symbols[stream, token_id] = count
+                exact = not local and not state.pending
+                flags[stream, token_id] = state.prev_word | (state.prev_space << 1) | (exact << 2)
+                any_hit = any_hit or bool(local)
+            if any_hit:
+                hitting.append(token_id)
+        always = [t for t in hitting if self._hits_from_any_state(t)]
+        return RootSweep(node, symbols, flags, pending_bytes, np.asarray(always, dtype=np.int64))
+
+    def _hits_from_any_state(self, token_id: int) -> bool:
+        """Whether the token's own bytes complete a term whatever precedes it.
+
+        Checked from a non-word and from a word context (the only context a match inside the token can
+        depend on, besides allow-terms, which disqualify, and split UTF-8, which a token starting with a
+        continuation byte could complete differently).
+        """
+        data = self.vocab.token_bytes[token_id]
+        if data[0] & 0xC0 == 0x80:
+            return False
+        text, _ = _decode(b"", data)
+        for prev_word in (False, True):
+            found = False
+            for automaton, ids in zip(self.automata, self.global_ids):
+                local: list[tuple[int, int]] = []
+                automaton.feed(StreamState(0, prev_word, False, ()), text, local)
+                if any(start >= 0 and not automaton.allowable[term] for term, start in local):
+                    found = True
+            if not found:
+                return False
+        return True

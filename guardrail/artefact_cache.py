@@ -1,0 +1,149 @@
+"""Where compiled artefacts are kept: in-process LRU → Redis (optional) → local files → compile.
+
+Keys are content addresses (:func:`guardrail.compiler.artefact_key`), so a changed list, tokenizer or
+compiler can never be served a stale artefact, and replicas sharing Redis share compiles. A blob that
+fails to decode (corrupt, foreign, other version) is treated as a miss: recompiled and overwritten.
+Redis errors are treated as misses too (the service reports Redis health separately).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from guardrail.artefact import Artefact
+from guardrail.artefact_codec import ArtefactFormatError, decode_artefact, encode_artefact
+from guardrail.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import WordList
+
+log = logging.getLogger(__name__)
+
+#: Artefacts in Redis expire after this many seconds unless used again (content-addressed: safe to drop).
+REDIS_TTL_SECONDS = 30 * 24 * 3600
+LAYERS = ("memory", "redis", "disk", "compile")
+
+
+class ArtefactCache:
+    """Find or build the artefact for (vocab, word lists).
+
+    Args:
+        redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
+        cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
+        max_memory_items: artefacts kept in the in-process LRU.
+        key_prefix: Redis key namespace.
+        on_lookup: called with the layer name (``memory|redis|disk|compile``) of every lookup.
+        on_compile: called with the compile duration in seconds after every compile.
+    """
+
+    def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None, max_memory_items: int = 8,
+                 key_prefix: str = "guardrail:", on_lookup: Callable[[str], None] | None = None,
+                 on_compile: Callable[[float], None] | None = None):
+        self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
+        self.max_memory_items = max_memory_items
+        self.key_prefix = key_prefix
+        self._on_lookup = on_lookup or (lambda layer: None)
+        self._on_compile = on_compile or (lambda seconds: None)
+        self._memory: OrderedDict[str, Artefact] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._redis = None
+        if redis_url:
+            import redis  # an edge dependency: only needed when a URL is configured
+
+            self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+
+    def redis_key(self, key: str) -> str:
+        return f"{self.key_prefix}artefact:{key}"
+
+    def get(self, vocab: TokenVocab, wordlists: Sequence[WordList]) -> tuple[Artefact, str]:
+        """Return ``(artefact, layer)``; ``layer`` is where it was found (``compile`` on a miss).
+
+        Raises:
+            WordListError: if the lists do not compile (nothing is cached then).
+        """
+        key = artefact_key(vocab, wordlists)
+        with self._lock:
+            found = self._memory.get(key)
+            if found is not None:
+                self._memory.move_to_end(key)
+                self._on_lookup("memory")
+                return found, "memory"
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # one compile per key even when many requests miss at once
+            with self._lock:
+                found = self._memory.get(key)
+            layer = "memory"
+            if found is None:
+                found, layer = self._load(vocab, key)
+            if found is None:
+                started = time.perf_counter()
+                found = compile_artefact(vocab, wordlists)
+                self._on_compile(time.perf_counter() - started)
+                layer = "compile"
+                self._store(found, key)
+            self._remember(key, found)
+        self._on_lookup(layer)
+        return found, layer
+
+    def _remember(self, key: str, artefact: Artefact) -> None:
+        with self._lock:
+            self._memory[key] = artefact
+            self._memory.move_to_end(key)
+            while len(self._memory) > self.max_memory_items:
+                self._memory.popitem(last=False)
+            self._key_locks.pop(key, None)
+
+    def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str]:
+        if self._redis is not None:
+            blob = self._redis_get(key)
+            if blob is not None:
+                artefact = self._decode(blob, vocab, key, "redis")
+                if artefact is not None:
+                    return artefact, "redis"
+        if self.cache_dir is not None:
+            path = self.cache_dir / f"{key}.bin"
+            if path.exists():
+                artefact = self._decode(path.read_bytes(), vocab, key, str(path))
+                if artefact is not None:
+                    return artefact, "disk"
+        return None, "compile"
+
+    @staticmethod
+    def _decode(blob: bytes, vocab: TokenVocab, key: str, where: str) -> Artefact | None:
+        try:
+            return decode_artefact(blob, vocab, key, COMPILER_VERSION)
+        except ArtefactFormatError as exc:
+            log.warning("discarding artefact %s from %s: %s", key[:12], where, exc)
+            return None
+
+    def _redis_get(self, key: str) -> bytes | None:
+        import redis
+
+        try:
+            return self._redis.get(self.redis_key(key))
+        except redis.RedisError as exc:
+            log.warning("redis unavailable for artefact lookup: %s", exc)
+            return None
+
+    def _store(self, artefact: Artefact, key: str) -> None:
+        blob = encode_artefact(artefact, key, COMPILER_VERSION)
+        if self._redis is not None:
+            import redis
+
+            try:
+                self._redis.set(self.redis_key(key), blob, ex=REDIS_TTL_SECONDS)
+            except redis.RedisError as exc:
+                log.warning("redis unavailable for artefact store: %s", exc)
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(blob)
+            os.replace(tmp, self.cache_dir / f"{key}.bin")

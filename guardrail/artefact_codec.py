@@ -1,0 +1,97 @@
+"""Compact, safe serialisation of an :class:`~guardrail.artefact.Artefact` (no pickle).
+
+Layout: ``MAGIC`` · ``uint32`` header length (little endian) · UTF-8 JSON header · raw array bytes.
+The header carries the format and compiler versions, the content key, the vocab fingerprint, the term
+tables and, per array, its dtype/shape/offset; a sha256 of the array bytes guards against corruption.
+Decoding only ever calls ``json.loads`` and ``numpy.frombuffer`` with dtypes from a fixed allow-list, so
+a blob from a shared cache can be wrong but never executed (DESIGN §5 trap 7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+
+from guardrail.artefact import Artefact, RootSweep
+from guardrail.term_spec import AllowSpec, TermSpec
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import MatchMode
+
+MAGIC = b"GUARDRAIL-ARTEFACT\n"
+FORMAT_VERSION = 1
+_DTYPES = {"int32", "int64", "uint8"}
+_ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
+
+
+class ArtefactFormatError(ValueError):
+    """A blob is not a valid artefact for this vocab/key (corrupt, foreign, or from another version)."""
+
+
+def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> bytes:
+    """Serialise ``artefact`` under its content ``key``; returns the blob (bytes)."""
+    arrays, payload, offset = {}, [], 0
+    for name in _ARRAYS:
+        array = np.ascontiguousarray(getattr(artefact.sweep, name))
+        data = array.tobytes()
+        arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape), "offset": offset, "nbytes": len(data)}
+        payload.append(data)
+        offset += len(data)
+    body = b"".join(payload)
+    header = {
+        "format": FORMAT_VERSION,
+        "compiler_version": compiler_version,
+        "key": key,
+        "vocab_fingerprint": artefact.vocab.fingerprint,
+        "vocab_size": len(artefact.vocab.token_bytes),
+        "terms": [[t.list_name, t.text, t.normalized, t.match.value, t.case_sensitive] for t in artefact.terms],
+        "allows": [[a.text, a.normalized, a.case_sensitive] for a in artefact.allows],
+        "arrays": arrays,
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
+    raw = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    return MAGIC + struct.pack("<I", len(raw)) + raw + body
+
+
+def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: int) -> Artefact:
+    """Rebuild an artefact from ``blob`` for ``vocab``.
+
+    Raises:
+        ArtefactFormatError: wrong magic, truncated or corrupted data, a checksum mismatch, another
+            format or compiler version, another key, or another vocab.
+    """
+    try:
+        if not blob.startswith(MAGIC):
+            raise ArtefactFormatError("not an artefact (bad magic)")
+        (size,) = struct.unpack_from("<I", blob, len(MAGIC))
+        start = len(MAGIC) + 4
+        header = json.loads(blob[start:start + size].decode())
+        body = memoryview(blob)[start + size:]
+        expected = {"format": FORMAT_VERSION, "compiler_version": compiler_version, "key": key,
+                    "vocab_fingerprint": vocab.fingerprint, "vocab_size": len(vocab.token_bytes)}
+        for field, value in expected.items():
+            if header.get(field) != value:
+                raise ArtefactFormatError(f"{field} is {header.get(field)!r}, expected {value!r}")
+        if hashlib.sha256(body).hexdigest() != header["sha256"]:
+            raise ArtefactFormatError("checksum mismatch (corrupted blob)")
+        arrays = {}
+        for name in _ARRAYS:
+            spec = header["arrays"][name]
+            if spec["dtype"] not in _DTYPES:
+                raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")
+            chunk = body[spec["offset"]:spec["offset"] + spec["nbytes"]]
+            arrays[name] = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
+        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs))
+                 for i, (lst, text, norm, match, cs) in enumerate(header["terms"])]
+        allows = [AllowSpec(text, norm, bool(cs)) for text, norm, cs in header["allows"]]
+        sweep = RootSweep(**arrays)
+        artefact = Artefact(vocab, terms, allows, sweep=sweep)
+        if sweep.node.shape != (len(artefact.automata), len(vocab.token_bytes)):
+            raise ArtefactFormatError(f"sweep shape {sweep.node.shape} does not fit the terms and vocab")
+        return artefact
+    except ArtefactFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise ArtefactFormatError(f"malformed artefact: {exc}") from exc

@@ -1,0 +1,40 @@
+"""Compile word lists into an :class:`~guardrail.artefact.Artefact` for one tokenizer.
+
+Unlike enumerating the tokenizations of each term (exponential in the term length, blind to terms that
+start or end inside a token), the compiler builds one character-level automaton over all terms
+(:mod:`guardrail.automaton`) and runs every vocab token through it once from the text start; transitions
+from other states are computed on first use during decoding and memoised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from guardrail.artefact import Artefact
+from guardrail.term_spec import flatten
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import WordList, WordListError, wordlist_digest
+
+#: Bump when the artefact's meaning or layout changes: old cached artefacts then miss instead of lying.
+COMPILER_VERSION = 1
+
+
+def artefact_key(vocab: TokenVocab, wordlists: Sequence[WordList]) -> str:
+    """Content address of the artefact: sha256 hex of tokenizer fingerprint × list digest × compiler version."""
+    material = f"{vocab.fingerprint}\n{wordlist_digest(wordlists)}\n{COMPILER_VERSION}"
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def compile_artefact(vocab: TokenVocab, wordlists: Sequence[WordList]) -> Artefact:
+    """Compile ``wordlists`` against ``vocab``.
+
+    Raises:
+        WordListError: if a term normalises to nothing matchable (e.g. only zero-width characters);
+            the message names the list and the term. Nothing is cached on error.
+    """
+    terms, allows = flatten(wordlists)
+    for spec in terms:
+        if not any(c.isalnum() for c in spec.normalized):
+            raise WordListError(f"term {spec.text!r} has no letter or digit after normalisation", spec.list_name)
+    return Artefact(vocab, terms, allows)

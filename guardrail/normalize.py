@@ -1,0 +1,79 @@
+"""Text normalisation shared by every matcher (the text matcher, the compiler, the verifier in tests).
+
+The matching contract (docs/matching.md) is defined on normalised text. Normalisation is applied **per
+character** so that the decoder can run it incrementally on a token stream:
+
+1. ``NFKC`` of the character (Unicode TR #15), so full-width, ligature and compatibility forms fold
+   to their plain letters (``ｆｕｃｋ`` → ``fuck``, ``ﬁ`` → ``fi``);
+2. ``str.casefold`` unless the term is case-sensitive (Unicode default case folding, §3.13);
+3. zero-width characters and NUL are dropped (they are invisible in rendered text and are a classic way
+   to split a word);
+4. every run of whitespace (space, tab, newline, NBSP, ideographic space, …) becomes one space.
+
+Combining sequences are not composed across characters (``e`` + U+0301 stays two characters); models
+emit precomposed characters, and per-character folding is what makes streaming exact.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+#: Characters removed before matching. U+00AD soft hyphen renders as nothing inside a word.
+ZERO_WIDTH = frozenset("\x00\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff")
+
+
+def is_word_char(char: str) -> bool:
+    """Python's ``re`` ``\\w`` for one character: letters, digits (any script) and ``_``."""
+    return char.isalnum() or char == "_"
+
+
+@lru_cache(maxsize=65536)
+def fold_char(char: str, case_sensitive: bool = False) -> str:
+    """Normalise one character; returns 0, 1 or more characters.
+
+    Whitespace is mapped to ``" "`` but runs are not collapsed here (that needs the previous character;
+    see :func:`normalize`).
+    """
+    folded = unicodedata.normalize("NFKC", char)
+    if not case_sensitive:
+        folded = folded.casefold()
+    out = []
+    for c in folded:
+        if c in ZERO_WIDTH:
+            continue
+        out.append(" " if c.isspace() else c)
+    return "".join(out)
+
+
+def normalize_with_offsets(text: str, case_sensitive: bool = False) -> tuple[str, list[int]]:
+    """Normalise ``text`` and map every output character back to the index of its source character.
+
+    Returns:
+        ``(normalised, offsets)`` with ``len(offsets) == len(normalised)``; ``offsets[i]`` is the index
+        in ``text`` of the character that produced ``normalised[i]``.
+    """
+    out: list[str] = []
+    offsets: list[int] = []
+    prev_space = False
+    for index, char in enumerate(text):
+        for c in fold_char(char, case_sensitive):
+            if c == " ":
+                if prev_space:
+                    continue
+                prev_space = True
+            else:
+                prev_space = False
+            out.append(c)
+            offsets.append(index)
+    return "".join(out), offsets
+
+
+def normalize(text: str, case_sensitive: bool = False) -> str:
+    """Normalise ``text`` (see the module docstring)."""
+    return normalize_with_offsets(text, case_sensitive)[0]
+
+
+def normalize_term(text: str, case_sensitive: bool = False) -> str:
+    """Normalise a word-list term: as :func:`normalize`, then strip the surrounding space."""
+    return normalize(text, case_sensitive).strip(" ")

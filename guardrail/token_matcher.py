@@ -1,0 +1,201 @@
+"""Per-request cursor over an :class:`~guardrail.artefact.Artefact`: what the decoder steps token by token.
+
+The matcher keeps, for every pushed token, the automaton state after it and the cumulative symbol
+count of each stream, so that it can
+
+* say where a completed term *began* (the rollback target), split UTF-8 included;
+* roll back in O(1) (:meth:`TokenMatcher.truncate` drops the tail of its stacks);
+* say how many leading tokens no future match can start in (:meth:`TokenMatcher.releasable`), which is
+  what hold-back streaming releases.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from guardrail.artefact import ROOT_STATE, Artefact, Transition
+
+#: A retry ban covers tokens that begin the rolled-back term at least this many characters deep
+#: (or half the term): shorter prefixes also begin innocent words ("so" for "sorry").
+MIN_RETRY_PREFIX_CHARS = 3
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A banned term completed by a candidate token.
+
+    Attributes:
+        term_id: index in ``artefact.terms``.
+        list_name: the word list of the term.
+        term: the term as written in its list.
+        start_token: index (among pushed tokens; ``len(matcher)`` = the candidate itself) of the token
+            where the term began: roll back to it and ban ``first_token`` there.
+        first_token: the token id at ``start_token`` (the candidate's id when it began the term).
+        stream: which case-mode stream matched (internal; used by :meth:`TokenMatcher.retry_bans`).
+        depth: symbols of the term's pattern that ``first_token`` covered.
+    """
+
+    term_id: int
+    list_name: str
+    term: str
+    start_token: int
+    first_token: int
+    stream: int
+    depth: int
+
+
+class TokenMatcher:
+    """Steps an artefact over generated tokens.
+
+    Args:
+        artefact: the compiled terms for the model's vocab.
+
+    Example:
+        >>> m = TokenMatcher(artefact)
+        >>> for token in ids:
+        ...     hit = m.push(token)
+        ...     if hit: m.truncate(hit.start_token); break
+    """
+
+    def __init__(self, artefact: Artefact):
+        self.artefact = artefact
+        self._states = [ROOT_STATE]
+        streams = len(artefact.automata)
+        self._cumulative: list[list[int]] = [[0] for _ in range(streams)]
+        self._leads: list[tuple[int, ...]] = []
+        self._tokens: list[int] = []
+        # _clean[k]: no UTF-8 character is split across the boundary before token k.
+        self._clean = [True]
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """Token ids pushed so far (a copy)."""
+        return list(self._tokens)
+
+    def peek(self, token_id: int) -> Hit | None:
+        """The match ``token_id`` would complete if pushed now, or ``None``; changes nothing."""
+        transition = self.artefact.transition(self._states[-1], token_id)
+        return self._earliest_hit(transition, token_id) if transition.hits else None
+
+    def push(self, token_id: int) -> Hit | None:
+        """Append ``token_id`` unless it completes a banned term.
+
+        Returns:
+            ``None`` when the token was appended; otherwise the :class:`Hit` (the token is *not*
+            appended; when several terms complete, the one that began earliest).
+        """
+        transition = self.artefact.transition(self._states[-1], token_id)
+        if transition.hits:
+            return self._earliest_hit(transition, token_id)
+        self._append(transition, token_id)
+        return None
+
+    def finish(self) -> Hit | None:
+        """End of text: a ``word`` term at the very end, or a pending allow-term decision, may match."""
+        transition = self.artefact.finish(self._states[-1])
+        return self._earliest_hit(transition, None) if transition.hits else None
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the state after the first ``length`` pushed tokens.
+
+        Raises:
+            ValueError: if ``length`` is negative or larger than the number of pushed tokens.
+        """
+        if not 0 <= length <= len(self._tokens):
+            raise ValueError(f"length must be in [0, {len(self._tokens)}], got {length}")
+        del self._tokens[length:]
+        del self._states[length + 1:]
+        del self._leads[length:]
+        del self._clean[length + 1:]
+        for cumulative in self._cumulative:
+            del cumulative[length + 1:]
+
+    def releasable(self) -> int:
+        """How many leading tokens no future match can start in (safe to send to the client)."""
+        lookback = self.artefact.lookback(self._states[-1])
+        limit = len(self._tokens)
+        for cumulative, back in zip(self._cumulative, lookback):
+            earliest = cumulative[-1] - back
+            # Tokens [0, r) end at or before the earliest symbol a match can still start at.
+            limit = min(limit, bisect_right(cumulative, earliest) - 1)
+        while limit > 0 and not self._clean[limit]:
+            limit -= 1
+        return limit
+
+    def retry_bans(self, hit: Hit) -> set[int]:
+        """Token ids to ban at ``hit.start_token`` besides ``hit.first_token`` after rolling back.
+
+        The model tends to retry a rolled-back term in another casing or split (" Sorry", " SOR"+"RY").
+        Each retry that spans tokens costs forward passes, so every token that would begin the same term
+        at least as deep as the banned one did is banned with it — but never one covering less than half
+        the term or fewer than :data:`MIN_RETRY_PREFIX_CHARS` symbols, since short prefixes begin innocent
+        words too ("so" for "sorry"). Call it *after* :meth:`truncate` to ``hit.start_token``.
+        """
+        artefact = self.artefact
+        automaton = artefact.automata[hit.stream]
+        prefix_nodes = automaton.prefix_nodes[artefact.stream_of[hit.term_id][1]]
+        length = len(prefix_nodes)
+        threshold = max(hit.depth, MIN_RETRY_PREFIX_CHARS, (length + 1) // 2)
+        # Proper prefixes only: a token completing the term is caught by the matcher at no cost.
+        wanted = set(prefix_nodes[threshold - 1:length - 1])
+        if not wanted:
+            return set()
+        state = self._states[-1]
+        bans: set[int] = set()
+        for token_id in artefact.root_candidates(hit.stream, wanted):
+            transition = artefact.transition(state, token_id)
+            if transition.hits:
+                bans.add(token_id)
+                continue
+            node = artefact.stream_states(transition.state)[hit.stream].node
+            emitted = transition.symbols[hit.stream]
+            if any(n in wanted and automaton.depth[n] <= emitted for n in automaton.chain(node)):
+                bans.add(token_id)
+        bans.discard(hit.first_token)
+        return bans
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _append(self, transition: Transition, token_id: int) -> None:
+        self._clean.append(not self.artefact.has_pending_bytes(transition.state))
+        self._states.append(transition.state)
+        self._leads.append(transition.lead)
+        self._tokens.append(token_id)
+        for cumulative, count in zip(self._cumulative, transition.symbols):
+            cumulative.append(cumulative[-1] + count)
+
+    def _clean_boundary(self, token: int) -> int:
+        while token > 0 and not self._clean[token]:
+            token -= 1
+        return token
+
+    def _locate(self, transition: Transition, stream: int, start: int) -> tuple[int, int]:
+        """``(start_token, depth)`` of a match whose first symbol is ``start`` (relative to the candidate)."""
+        here = len(self._tokens)
+        if start >= 0:
+            token, depth = here, transition.symbols[stream] - start
+            if start < transition.lead[stream]:
+                # The term begins with the character whose first bytes earlier tokens carried.
+                token = self._clean_boundary(here)
+            return token, depth
+        cumulative = self._cumulative[stream]
+        absolute = cumulative[-1] + start
+        token = bisect_right(cumulative, absolute) - 1
+        depth = cumulative[token + 1] - absolute
+        if absolute - cumulative[token] < self._leads[token][stream]:
+            token = self._clean_boundary(token)
+        return token, depth
+
+    def _earliest_hit(self, transition: Transition, token_id: int | None) -> Hit:
+        best: tuple[int, int, int, int] | None = None  # (start_token, depth, term_id, stream)
+        for term_id, stream, start in transition.hits:
+            token, depth = self._locate(transition, stream, start)
+            if best is None or token < best[0]:
+                best = (token, depth, term_id, stream)
+        token, depth, term_id, stream = best
+        spec = self.artefact.terms[term_id]
+        first = self._tokens[token] if token < len(self._tokens) else token_id
+        return Hit(term_id, spec.list_name, spec.text, token, -1 if first is None else first, stream, depth)

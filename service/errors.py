@@ -1,0 +1,128 @@
+"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``, for every 4xx/5xx.
+
+The official ``openai`` client maps the status to its exception classes and reads ``error.message``;
+``param`` names the offending request field (``"messages.0.content"``, ``"logit_bias"``, ``"If-Match"``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("guardrail.service")
+
+_TYPE_BY_STATUS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+
+
+def error_type(status: int) -> str:
+    """OpenAI-style ``error.type`` for an HTTP status."""
+    if status in _TYPE_BY_STATUS:
+        return _TYPE_BY_STATUS[status]
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(
+    message: str, *, status: int, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The JSON body of an error (also sent as the last SSE event of a stream that failed)."""
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+
+
+class ApiError(Exception):
+    """An error answered to the client with ``status`` and the OpenAI error body.
+
+    Args:
+        status: HTTP status code (4xx or 5xx).
+        message: human-readable explanation; never contains prompt text.
+        param: the request field at fault, if any.
+        code: a stable machine-readable code (``"model_not_found"``, ``"queue_full"``).
+        headers: extra response headers (``Retry-After``, ``WWW-Authenticate``, ``ETag``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            error_body(self.message, status=self.status, param=self.param, code=self.code),
+            status_code=self.status,
+            headers=self.headers,
+        )
+
+
+def field_path(loc: Sequence[int | str]) -> str | None:
+    """``("body", "messages", 0, "content")`` -> ``"messages.0.content"``; headers keep their HTTP name."""
+    parts = list(loc)
+    if parts and parts[0] in {"body", "query", "path", "header", "cookie"}:
+        source = parts.pop(0)
+        if source == "header" and parts:
+            return "-".join(word.capitalize() for word in str(parts[0]).replace("_", "-").split("-"))
+    # Pydantic appends the union member's type name to the location ("terms.0.str"); drop it.
+    parts = [p for p in parts if not (isinstance(p, str) and p in {"str", "TermSpec", "function-after"})]
+    return ".".join(str(p) for p in parts) or None
+
+
+def _validation_response(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    param = field_path(first.get("loc", ()))
+    described = []
+    for err in errors[:5]:
+        where = field_path(err.get("loc", ()))
+        described.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    message = "Invalid request: " + "; ".join(described)
+    if len(errors) > 5:
+        message += f" (and {len(errors) - 5} more)"
+    return JSONResponse(error_body(message, status=422, param=param, code="invalid_value"), status_code=422)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error raised in a route (and unknown routes, bad methods) in the OpenAI shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return JSONResponse(
+            error_body(message, status=exc.status_code),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"error_class": type(exc).__name__})
+        return JSONResponse(error_body("Internal server error.", status=500), status_code=500)

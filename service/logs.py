@@ -1,0 +1,47 @@
+"""Structured logs: one JSON object per line on stderr.
+
+Fields: ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, plus whatever the call passed in
+``extra=`` (request id, endpoint, status, durations, token counts). Prompt and completion text are only
+ever passed in ``extra`` by code paths guarded by ``GUARDRAIL_DEBUG_LOG_PROMPTS``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Format a record as one JSON line (non-JSON values are written with ``str``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Send the service's and uvicorn's logs to stderr as JSON lines (idempotent)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    for name in ("guardrail", "uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
+    # Our middleware writes the access log (with the route, not the raw path); uvicorn's would repeat it.
+    logging.getLogger("uvicorn.access").disabled = True

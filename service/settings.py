@@ -1,0 +1,103 @@
+"""Service configuration, read from ``GUARDRAIL_*`` environment variables (pydantic-settings).
+
+Every field can be set as ``GUARDRAIL_<FIELD>`` (case-insensitive); list fields accept a comma-separated
+string (``GUARDRAIL_WORDLISTS=en,de``) or a JSON array. ``guardrail serve`` passes its flags as keyword
+arguments, which take precedence over the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import platformdirs
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_csv(value: object) -> object:
+    """Accept ``"a, b"`` as well as a JSON array or a Python list for list-valued settings."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Configuration of one service process.
+
+    Raises:
+        pydantic.ValidationError: naming the ``GUARDRAIL_*`` field whose value is invalid.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GUARDRAIL_", extra="ignore", case_sensitive=False)
+
+    # -- model and default lists ------------------------------------------------------------------
+    model: str = Field("smollm2", description="Model name (smollm2, gemma3) or a local path.")
+    wordlists: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["en"],
+        description="Word lists applied when a request names none (the default set).",
+    )
+
+    # -- storage ----------------------------------------------------------------------------------
+    redis_url: str | None = Field(None, description="redis://… ; unset = embedded store under data_dir.")
+    redis_prefix: str = Field(
+        "", description="Extra key prefix after 'guardrail:' (tests and shared Redis instances)."
+    )
+    redis_timeout_s: float = Field(0.5, gt=0, description="Socket timeout of Redis calls, seconds.")
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("guardrail")))
+    cache_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_cache_dir("guardrail")))
+    version_poll_interval_s: float = Field(
+        1.0, gt=0, description="How often the word-list versions are re-read from the store, seconds."
+    )
+    audit_max_records: int = Field(10_000, ge=1, description="Audit records kept (oldest dropped).")
+
+    # -- credentials ------------------------------------------------------------------------------
+    admin_token: SecretStr | None = Field(None, description="Bearer token for /admin; unset = admin off.")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Client API keys for /v1; empty = no client authentication."
+    )
+
+    # -- execution --------------------------------------------------------------------------------
+    max_concurrent: int = Field(1, ge=1, description="Generations run at once (one model instance).")
+    max_queue: int = Field(16, ge=0, description="Generations waiting for the model; beyond -> 429.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 429, seconds.")
+    request_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one generation.")
+
+    # -- request limits ---------------------------------------------------------------------------
+    default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
+    max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask for.")
+    max_n: int = Field(4, ge=1, description="Largest n (choices, generated one after another).")
+    max_request_terms: int = Field(1000, ge=0, description="banned_terms + bad_words + banned_strings.")
+    max_list_terms: int = Field(100_000, ge=1, description="Terms in one stored word list (413 beyond).")
+    max_term_length: int = Field(256, ge=1, description="Characters in one term.")
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
+    max_rollbacks: int = Field(64, ge=0, description="Rollback budget of one generation.")
+    max_rollbacks_per_position: int = Field(16, ge=0, description="Rollback budget at one position.")
+
+    # -- logging ----------------------------------------------------------------------------------
+    log_level: str = Field("INFO", description="Python logging level name.")
+    debug_log_prompts: bool = Field(
+        False, description="Log prompt and completion text (off: logs never contain user text)."
+    )
+
+    @field_validator("wordlists", "api_keys", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("redis_url", "admin_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {value!r}")
+        return level

@@ -1,0 +1,184 @@
+"""The embedded word-list store: in-process, persisted as files under ``GUARDRAIL_DATA_DIR``.
+
+Layout (all UTF-8)::
+
+    <data_dir>/wordlists/<name>.v<version>.txt   the list in the word-list format (docs/wordlists.md)
+    <data_dir>/wordlists/index.json    {"lists": {name: {"version", "updated_at"}}, "counters": {name: n}}
+    <data_dir>/audit.jsonl             one AuditRecord per line, oldest first
+
+Every file is replaced atomically (write a temporary file in the same directory, fsync, ``os.replace``),
+so a crash leaves either the old or the new version. A new version goes to a new file and the index,
+written last, is the commit point: a list file the index does not name is ignored (and removed). One process per data directory (no cross-process locking).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from guardrail.wordlist import format_wordlist, parse_wordlist
+from service.stores.store import (
+    AuditRecord,
+    Compute,
+    Precondition,
+    PreconditionFailed,
+    StoredWordList,
+    StoreUnavailable,
+)
+
+log = logging.getLogger("guardrail.service.store")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class EmbeddedStore:
+    """Word lists in memory, written through to ``data_dir``; survives a restart.
+
+    Args:
+        data_dir: directory for the files above (created if missing).
+        audit_max_records: audit records kept; older ones are dropped when the file is compacted.
+
+    Raises:
+        StoreUnavailable: from any method when the files cannot be read or written (message says which).
+    """
+
+    kind = "embedded"
+
+    def __init__(self, data_dir: Path, audit_max_records: int = 10_000) -> None:
+        self._dir = Path(data_dir)
+        self._lists_dir = self._dir / "wordlists"
+        self._index_path = self._lists_dir / "index.json"
+        self._audit_path = self._dir / "audit.jsonl"
+        self._audit_max = audit_max_records
+        self._lock = threading.Lock()
+        self._lists: dict[str, StoredWordList] = {}
+        self._counters: dict[str, int] = {}
+        self._audit_lines = 0
+        self._load()
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            self._lists_dir.mkdir(parents=True, exist_ok=True)
+            if self._index_path.exists():
+                index = json.loads(self._index_path.read_text(encoding="utf-8"))
+                self._counters = {k: int(v) for k, v in index.get("counters", {}).items()}
+                for name, meta in index.get("lists", {}).items():
+                    path = self._list_path(name, int(meta["version"]))
+                    self._lists[name] = StoredWordList(
+                        parse_wordlist(path.read_text(encoding="utf-8"), name, source=str(path)),
+                        int(meta["version"]),
+                        float(meta["updated_at"]),
+                    )
+            referenced = {self._list_path(n, s.version) for n, s in self._lists.items()}
+            for leftover in [*self._lists_dir.glob("*.v*.txt"), *self._lists_dir.glob(".*.tmp")]:
+                if leftover not in referenced:  # written by a change that never committed
+                    leftover.unlink(missing_ok=True)
+            if self._audit_path.exists():
+                with self._audit_path.open(encoding="utf-8") as handle:
+                    self._audit_lines = sum(1 for _ in handle)
+        except (OSError, ValueError, KeyError) as exc:
+            raise StoreUnavailable(f"cannot read the embedded store in {self._dir}: {exc}") from exc
+
+    def _list_path(self, name: str, version: int) -> Path:
+        return self._lists_dir / f"{name}.v{version}.txt"
+
+    def ping(self) -> None:
+        if not self._dir.is_dir():
+            raise StoreUnavailable(f"data directory {self._dir} is missing")
+
+    def versions(self) -> dict[str, int]:
+        with self._lock:
+            return {name: stored.version for name, stored in self._lists.items()}
+
+    def get(self, name: str) -> StoredWordList | None:
+        with self._lock:
+            return self._lists.get(name)
+
+    def has_history(self, name: str) -> bool:
+        with self._lock:
+            return name in self._counters
+
+    def audit(self, limit: int) -> list[AuditRecord]:
+        with self._lock:
+            if not self._audit_path.exists():
+                return []
+            try:
+                lines = self._audit_path.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot read {self._audit_path}: {exc}") from exc
+        return [AuditRecord(**json.loads(line)) for line in reversed(lines[-limit:]) if line]
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write(
+        self, name: str, compute: Compute, precondition: Precondition | None, token_id: str | None
+    ) -> StoredWordList | None:
+        with self._lock:
+            current = self._lists.get(name)
+            if precondition is not None and not precondition.holds(current.version if current else None):
+                raise PreconditionFailed(name, current.version if current else None)
+            change = compute(current)
+            if change is None:
+                return current
+            version = self._counters.get(name, 0) + 1
+            now = time.time()
+            lists = dict(self._lists)
+            counters = {**self._counters, name: version}
+            stored = None
+            try:
+                if change.wordlist is None:
+                    lists.pop(name, None)
+                else:
+                    stored = StoredWordList(change.wordlist, version, now)
+                    write_atomically(self._list_path(name, version), format_wordlist(change.wordlist))
+                    lists[name] = stored
+                # The index is the commit point: until it is replaced, the previous version is served.
+                self._write_index(lists, counters)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot write the embedded store in {self._dir}: {exc}") from exc
+            if current is not None:
+                self._list_path(name, current.version).unlink(missing_ok=True)
+            self._lists, self._counters = lists, counters
+            record = AuditRecord(now, change.action, name, version, token_id, change.added, change.removed)
+            try:
+                self._append_audit(record)
+            except OSError:
+                log.exception("audit record lost", extra={"list": name, "version": version})
+            return stored
+
+    def _write_index(self, lists: dict[str, StoredWordList], counters: dict[str, int]) -> None:
+        index = {
+            "lists": {n: {"version": s.version, "updated_at": s.updated_at} for n, s in sorted(lists.items())},
+            "counters": dict(sorted(counters.items())),
+        }
+        write_atomically(self._index_path, json.dumps(index, indent=1, ensure_ascii=False))
+
+    def _append_audit(self, record: AuditRecord) -> None:
+        with self._audit_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+        self._audit_lines += 1
+        if self._audit_lines > 2 * self._audit_max:  # compact rarely: amortised O(1) per record
+            lines = self._audit_path.read_text(encoding="utf-8").splitlines()[-self._audit_max :]
+            write_atomically(self._audit_path, "\n".join(lines) + "\n")
+            self._audit_lines = len(lines)
+
+    def close(self) -> None:
+        """Nothing to release: every write is already on disk."""

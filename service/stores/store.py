@@ -1,0 +1,258 @@
+"""The word-list store contract shared by the embedded and the Redis store.
+
+A stored list is a :class:`~guardrail.wordlist.WordList` plus a version number that grows by one on
+every change of that name (a deleted and re-created list keeps counting, so an old ETag never matches
+again). Lists are stored in the word-list text format (``format_wordlist`` / ``parse_wordlist``,
+docs/wordlists.md), which round-trips every valid list. Every change appends an :class:`AuditRecord`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal, Protocol
+
+from guardrail.wordlist import Term, WordList, wordlist_from_terms
+
+Action = Literal["create", "replace", "update", "delete", "seed"]
+
+# Names become file names (embedded store) and Redis key suffixes: no separators, no dot-files.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` is a valid word-list name (1-64 of ``A-Z a-z 0-9 _ . -``, not starting with . - _)."""
+    return bool(_NAME_RE.match(name))
+
+
+@dataclass(frozen=True)
+class StoredWordList:
+    """A word list as the store holds it.
+
+    Attributes:
+        wordlist: the terms and allow-terms.
+        version: 1 for the first version of the name, +1 per change.
+        updated_at: Unix time of the change, seconds.
+    """
+
+    wordlist: WordList
+    version: int
+    updated_at: float
+
+    @property
+    def etag(self) -> str:
+        """Strong HTTP entity tag of this version (``"v3"``)."""
+        return f'"v{self.version}"'
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One change of one list: when (Unix seconds), what, which token id, how many terms added/removed."""
+
+    time: float
+    action: Action
+    list: str
+    version: int
+    token_id: str | None
+    added: int
+    removed: int
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """An ``If-Match`` / ``If-None-Match`` condition on the current version of a list.
+
+    ``versions=None, absent=False``: ``If-Match: *`` (the list must exist);
+    ``versions={3, 4}``: the current version must be one of them; ``absent=True``: ``If-None-Match: *``.
+    """
+
+    versions: frozenset[int] | None = None
+    absent: bool = False
+
+    def holds(self, current: int | None) -> bool:
+        if self.absent:
+            return current is None
+        if current is None:
+            return False
+        return self.versions is None or current in self.versions
+
+    @classmethod
+    def if_match(cls, header: str) -> Precondition:
+        """Parse an ``If-Match`` header (``*``, ``"v3"``, ``W/"v3", "v4"``).
+
+        Raises:
+            ValueError: naming the entity tag that is not one of this service's (``"v<int>"``).
+        """
+        header = header.strip()
+        if header == "*":
+            return cls()
+        versions = set()
+        for tag in (part.strip() for part in header.split(",")):
+            bare = tag[2:] if tag.startswith("W/") else tag
+            bare = bare.strip('"')
+            if not (bare.startswith("v") and bare[1:].isdigit()):
+                raise ValueError(f"entity tag {tag!r} is not of the form \"v<version>\"")
+            versions.add(int(bare[1:]))
+        return cls(versions=frozenset(versions))
+
+
+class StoreError(Exception):
+    """Base class of the store's errors."""
+
+
+class WordListNotFound(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"word list {name!r} does not exist")
+        self.name = name
+
+
+class PreconditionFailed(StoreError):
+    """The precondition did not hold; ``current`` is the current version (None: the list is absent)."""
+
+    def __init__(self, name: str, current: int | None) -> None:
+        state = "does not exist" if current is None else f"is at version {current} (ETag \"v{current}\")"
+        super().__init__(f"precondition failed: word list {name!r} {state}")
+        self.name = name
+        self.current = current
+
+
+class StoreUnavailable(StoreError):
+    """The backing store (Redis, the data directory) cannot be read or written right now."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a write does to one list: the new content (None: delete) and the audit counts."""
+
+    wordlist: WordList | None
+    action: Action
+    added: int
+    removed: int
+
+
+def replacement(current: StoredWordList | None, new: WordList, action: Action | None = None) -> Change:
+    """The change replacing ``current`` by ``new`` (terms added/removed counted as sets)."""
+    old_terms = set(current.wordlist.terms) if current else set()
+    new_terms = set(new.terms)
+    chosen: Action = action or ("replace" if current else "create")
+    return Change(new, chosen, len(new_terms - old_terms), len(old_terms - new_terms))
+
+
+def _same_term(term: Term, text: str) -> bool:
+    if term.case_sensitive:
+        return term.text == text.strip()
+    return term.text.casefold() == text.strip().casefold()
+
+
+def patched(current: StoredWordList, add: Iterable[str | Term], remove: Sequence[str]) -> Change:
+    """The change adding ``add`` and removing every term whose text equals one of ``remove``
+    (case-insensitively for case-insensitive terms).
+
+    Raises:
+        guardrail.wordlist.WordListError: an added term is invalid (``line`` = its 1-based index).
+    """
+    additions = wordlist_from_terms(add, name=current.wordlist.name).terms
+    kept = [t for t in current.wordlist.terms if not any(_same_term(t, r) for r in remove)]
+    seen = set(kept)
+    merged = kept + [t for t in additions if t not in seen]
+    new = WordList(current.wordlist.name, tuple(merged), current.wordlist.allow)
+    return replacement(current, new, "update")
+
+
+def deletion(current: StoredWordList) -> Change:
+    return Change(None, "delete", 0, len(current.wordlist.terms))
+
+
+Compute = Callable[[StoredWordList | None], Change | None]
+
+
+class WordListStore(Protocol):
+    """Where word lists and the audit log live (embedded files or Redis).
+
+    Every method may raise :class:`StoreUnavailable`; the write methods also raise
+    :class:`PreconditionFailed` and :class:`WordListNotFound`.
+    """
+
+    kind: str  # "embedded" | "redis"
+
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store answers."""
+
+    def versions(self) -> dict[str, int]:
+        """Current version of every list (cheap: what replicas poll)."""
+
+    def get(self, name: str) -> StoredWordList | None: ...
+
+    def has_history(self, name: str) -> bool:
+        """Whether a version was ever given to ``name`` (true after a delete too)."""
+
+    def write(
+        self, name: str, compute: Compute, precondition: Precondition | None, token_id: str | None
+    ) -> StoredWordList | None:
+        """Apply ``compute(current)`` atomically if ``precondition`` holds.
+
+        ``compute`` returns the :class:`Change` (or None: nothing to do, the current list is returned).
+        Returns the new stored list, or None after a delete.
+        """
+
+    def audit(self, limit: int) -> list[AuditRecord]:
+        """The latest ``limit`` audit records, newest first."""
+
+    def close(self) -> None: ...
+
+
+def put(store: WordListStore, wordlist: WordList, precondition: Precondition | None,
+        token_id: str | None) -> StoredWordList:
+    """Create or replace ``wordlist`` (its name is the key)."""
+    result = store.write(wordlist.name, lambda cur: replacement(cur, wordlist), precondition, token_id)
+    assert result is not None
+    return result
+
+
+def update(store: WordListStore, name: str, add: Sequence[str | Term], remove: Sequence[str],
+           precondition: Precondition | None, token_id: str | None) -> StoredWordList:
+    """Add and remove terms of an existing list. Raises :class:`WordListNotFound` when absent."""
+
+    def compute(current: StoredWordList | None) -> Change:
+        if current is None:
+            raise WordListNotFound(name)
+        return patched(current, add, remove)
+
+    result = store.write(name, compute, precondition, token_id)
+    assert result is not None
+    return result
+
+
+def delete(store: WordListStore, name: str, precondition: Precondition | None, token_id: str | None) -> None:
+    """Delete a list. Raises :class:`WordListNotFound` when absent."""
+
+    def compute(current: StoredWordList | None) -> Change:
+        if current is None:
+            raise WordListNotFound(name)
+        return deletion(current)
+
+    store.write(name, compute, precondition, token_id)
+
+
+def seed(store: WordListStore, wordlists: Iterable[WordList]) -> list[str]:
+    """Store each list whose name was never used (startup, recovery of a Redis that lost its data);
+    a list an operator deleted stays deleted. Returns the names it created."""
+    created: list[str] = []
+    for wordlist in wordlists:
+        if store.has_history(wordlist.name):
+            continue
+
+        def compute(current: StoredWordList | None, wl: WordList = wordlist) -> Change | None:
+            if current is not None:  # created meanwhile by another replica
+                return None
+            if wl.name not in created:  # compute may run again when a Redis transaction retries
+                created.append(wl.name)
+            return replacement(None, wl, "seed")
+
+        store.write(wordlist.name, compute, None, None)
+    return created

@@ -1,0 +1,242 @@
+"""The generation worker: threads that own the model, fed by a bounded queue.
+
+The event loop never runs the model. A route turns a request into a :class:`GenerationRequest`,
+:meth:`GenerationWorker.submit` admits it (or raises :class:`QueueFull`, answered 429) and returns a
+:class:`Job`, whose :meth:`Job.events` async iterator yields the decoder's events as the worker thread
+produces them. Setting ``job.cancel`` (the client went away) stops the decoder at its next step.
+Every job ends: with its events, a :class:`GenerationFailed` (the decoder raised, or produced nothing
+for longer than the request's time limit), or silently after a cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from guardrail.events import Finish, Rollback, TextDelta
+from guardrail.sampling import SamplingParams
+from guardrail.wordlist import WordList
+from service.metrics import ServiceMetrics
+
+log = logging.getLogger("guardrail.service.worker")
+
+Event = TextDelta | Rollback | Finish
+
+# Extra seconds past a request's own time limit before a silent worker is declared failed.
+_WATCHDOG_GRACE_S = 30.0
+
+
+class QueueFull(Exception):
+    """No room in the queue; ``retry_after_s`` is a hint for the client."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the generation queue is full")
+        self.retry_after_s = retry_after_s
+
+
+class GenerationFailed(Exception):
+    """The generation stopped with an error; the message is safe to show to the client."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the worker needs to run one request.
+
+    Attributes:
+        prompt_ids: prompt token ids, shape ``(prompt_len,)``.
+        wordlists: the lists to enforce (stored lists plus the request's own terms).
+        params: sampling parameters; with ``n > 1`` choice ``i`` uses ``seed + i`` when a seed is set.
+        n: number of choices, generated one after another.
+        log_fields: extra structured-log fields (never prompt text unless the debug flag allows it).
+    """
+
+    prompt_ids: Sequence[int]
+    wordlists: tuple[WordList, ...]
+    params: SamplingParams
+    n: int = 1
+    log_fields: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """A decoder event of choice ``index``."""
+
+    index: int
+    event: Event
+
+
+@dataclass(frozen=True)
+class _End:
+    error: str | None = None
+
+
+class Job:
+    """One admitted request: the bridge between the worker thread and the route's coroutine."""
+
+    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        self.request = request
+        self.cancel = threading.Event()
+        self.enqueued_at = time.perf_counter()
+        self._loop = loop
+        self._events: asyncio.Queue[ChoiceEvent | _End] = asyncio.Queue()
+        self._timeout_s = timeout_s
+
+    def emit(self, item: ChoiceEvent | _End) -> None:
+        """Hand an item to the route (called from the worker thread)."""
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            self.cancel.set()
+
+    async def events(self) -> AsyncIterator[ChoiceEvent]:
+        """The job's events in order; returns after the last one (or a cancel).
+
+        Raises:
+            GenerationFailed: the decoder raised, or the worker sent nothing for the request's time
+                limit plus a grace period (a stuck worker never hangs the client).
+        """
+        while True:
+            try:
+                item = await asyncio.wait_for(self._events.get(), self._timeout_s + _WATCHDOG_GRACE_S)
+            except TimeoutError:
+                self.cancel.set()
+                raise GenerationFailed("the generation produced nothing within its time limit") from None
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise GenerationFailed(item.error)
+                return
+            yield item
+
+
+class GenerationWorker:
+    """Runs jobs on ``threads`` threads that share one model.
+
+    Args:
+        make_stream: builds the decoder stream of one choice:
+            ``make_stream(prompt_ids, wordlists, params, cancel) -> Iterator[Event]`` (looks up the
+            artefact and runs ``StreamingDecoder.stream``); called on a worker thread.
+        metrics: queue depth, finishes, cancellations, tokens, rollbacks.
+        threads: generations run at once.
+        max_queue: admitted jobs that may wait for a thread; one more is a :class:`QueueFull`.
+        retry_after_s: the hint carried by :class:`QueueFull`.
+    """
+
+    def __init__(
+        self,
+        make_stream: Callable[..., object],
+        metrics: ServiceMetrics,
+        threads: int = 1,
+        max_queue: int = 16,
+        retry_after_s: int = 1,
+    ) -> None:
+        self._make_stream = make_stream
+        self._metrics = metrics
+        self._capacity = threads + max_queue
+        self._retry_after_s = retry_after_s
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._running = 0
+        self._jobs: set[Job] = set()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"guardrail-worker-{i}", daemon=True) for i in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel every job and let the threads finish."""
+        with self._lock:
+            for job in self._jobs:
+                job.cancel.set()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=timeout_s)
+
+    @property
+    def waiting(self) -> int:
+        """Admitted jobs not yet running."""
+        with self._lock:
+            return self._admitted - self._running
+
+    def submit(self, request: GenerationRequest, timeout_s: float) -> Job:
+        """Admit a request (call from the event loop).
+
+        Raises:
+            QueueFull: every thread is busy and ``max_queue`` jobs already wait.
+        """
+        job = Job(request, asyncio.get_running_loop(), timeout_s)
+        with self._lock:
+            if self._admitted >= self._capacity:
+                raise QueueFull(self._retry_after_s)
+            self._admitted += 1
+            self._jobs.add(job)
+            self._metrics.queue_depth.set(self._admitted - self._running)
+        self._queue.put(job)
+        return job
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            with self._lock:
+                self._running += 1
+                self._metrics.queue_depth.set(self._admitted - self._running)
+            try:
+                self._run(job)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    self._admitted -= 1
+                    self._jobs.discard(job)
+                    self._metrics.queue_depth.set(self._admitted - self._running)
+
+    def _run(self, job: Job) -> None:
+        request = job.request
+        started = time.perf_counter()
+        fields = {"queued_s": round(started - job.enqueued_at, 4), "n": request.n, **request.log_fields}
+        try:
+            for index in range(request.n):
+                params = request.params
+                if request.n > 1 and params.seed is not None:
+                    params = replace(params, seed=params.seed + index)
+                stream = self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel)
+                for event in stream:  # type: ignore[attr-defined]
+                    if job.cancel.is_set():
+                        break
+                    self._record(event)
+                    job.emit(ChoiceEvent(index, event))
+                if job.cancel.is_set():
+                    self._metrics.generations_cancelled.inc()
+                    self._metrics.finishes.labels("cancelled").inc()
+                    log.info("generation cancelled", extra={**fields, "seconds": round(time.perf_counter() - started, 4)})
+                    job.emit(_End())
+                    return
+        except Exception as exc:  # noqa: BLE001 - any failure must end the job, never hang it
+            self._metrics.finishes.labels("error").inc()
+            log.exception("generation failed", extra={**fields, "error_class": type(exc).__name__})
+            job.emit(_End(error=f"generation failed: {type(exc).__name__}"))
+            return
+        log.info("generation finished", extra={**fields, "seconds": round(time.perf_counter() - started, 4)})
+        job.emit(_End())
+
+    def _record(self, event: Event) -> None:
+        metrics = self._metrics
+        if isinstance(event, Rollback):
+            metrics.rollbacks.labels(event.list_name).inc()
+            metrics.banned_term_hits.labels(event.list_name).inc()
+        elif isinstance(event, Finish):
+            usage = event.usage
+            metrics.finishes.labels(event.reason).inc()
+            metrics.generated_tokens.inc(usage.completion_tokens)
+            metrics.forward_passes.inc(usage.forward_passes)
+            metrics.reprefills.inc(usage.reprefills)
