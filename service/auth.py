@@ -44,7 +44,7 @@ def require_admin(
         ApiError: 403 when the admin API is disabled (no ``GUARDRAIL_ADMIN_TOKEN``), 401 without a
             bearer token, 403 with a wrong one.
     """
-    configured: SecretStr | None = request.app.state.runtime.settings.admin_token
+    configured: SecretStr | None = request.app.state.settings.admin_token
     if configured is None:
         raise ApiError(
             403,
@@ -68,7 +68,7 @@ def require_client(
     Raises:
         ApiError: 401 (OpenAI's ``invalid_api_key``) without a key or with an unknown one.
     """
-    keys: list[SecretStr] = request.app.state.runtime.settings.api_keys
+    keys: list[SecretStr] = request.app.state.settings.api_keys
     if not keys:
         return
     if credentials is None or not matches_any(credentials.credentials, keys):

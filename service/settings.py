@@ -15,6 +15,8 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from guardrail.watermark import DEFAULT_HASHING_KEY
+
 
 def _split_csv(value: object) -> object:
     """Accept ``"a, b"`` as well as a JSON array or a Python list for list-valued settings."""
@@ -76,7 +78,10 @@ class Settings(BaseSettings):
     max_term_length: int = Field(256, ge=1, description="Characters in one term.")
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
     max_rollbacks: int = Field(64, ge=0, description="Rollback budget of one generation.")
-    max_rollbacks_per_position: int = Field(16, ge=0, description="Rollback budget at one position.")
+    max_rollbacks_per_position: int = Field(8, ge=0, description="Rollback budget at one position.")
+    watermark_key: int = Field(
+        DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
+    )
 
     # -- logging ----------------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Python logging level name.")

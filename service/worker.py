@@ -15,17 +15,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from guardrail.events import Finish, Rollback, TextDelta
+from guardrail.events import Event, Finish, Rollback
 from guardrail.sampling import SamplingParams
 from guardrail.wordlist import WordList
 from service.metrics import ServiceMetrics
 
 log = logging.getLogger("guardrail.service.worker")
 
-Event = TextDelta | Rollback | Finish
+StreamFactory = Callable[[Sequence[int], tuple[WordList, ...], SamplingParams, threading.Event], Iterator[Event]]
 
 # Extra seconds past a request's own time limit before a silent worker is declared failed.
 _WATCHDOG_GRACE_S = 30.0
@@ -81,6 +81,7 @@ class Job:
     def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.request = request
         self.cancel = threading.Event()
+        self.running = threading.Event()
         self.enqueued_at = time.perf_counter()
         self._loop = loop
         self._events: asyncio.Queue[ChoiceEvent | _End] = asyncio.Queue()
@@ -104,6 +105,8 @@ class Job:
             try:
                 item = await asyncio.wait_for(self._events.get(), self._timeout_s + _WATCHDOG_GRACE_S)
             except TimeoutError:
+                if not self.running.is_set():
+                    continue  # still queued behind other jobs: waiting is not a failure
                 self.cancel.set()
                 raise GenerationFailed("the generation produced nothing within its time limit") from None
             if isinstance(item, _End):
@@ -128,7 +131,7 @@ class GenerationWorker:
 
     def __init__(
         self,
-        make_stream: Callable[..., object],
+        make_stream: StreamFactory,
         metrics: ServiceMetrics,
         threads: int = 1,
         max_queue: int = 16,
@@ -201,32 +204,37 @@ class GenerationWorker:
                     self._metrics.queue_depth.set(self._admitted - self._running)
 
     def _run(self, job: Job) -> None:
+        job.running.set()
         request = job.request
         started = time.perf_counter()
         fields = {"queued_s": round(started - job.enqueued_at, 4), "n": request.n, **request.log_fields}
+        cancelled = queued_cancel = job.cancel.is_set()  # the client left while the job waited
         try:
             for index in range(request.n):
+                if cancelled:
+                    break
                 params = request.params
                 if request.n > 1 and params.seed is not None:
                     params = replace(params, seed=params.seed + index)
-                stream = self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel)
-                for event in stream:  # type: ignore[attr-defined]
-                    if job.cancel.is_set():
-                        break
+                for event in self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel):
                     self._record(event)
-                    job.emit(ChoiceEvent(index, event))
-                if job.cancel.is_set():
-                    self._metrics.generations_cancelled.inc()
-                    self._metrics.finishes.labels("cancelled").inc()
-                    log.info("generation cancelled", extra={**fields, "seconds": round(time.perf_counter() - started, 4)})
-                    job.emit(_End())
-                    return
+                    if isinstance(event, Finish) and event.reason == "cancelled":
+                        cancelled = True  # the decoder saw job.cancel; nobody reads this choice
+                    else:
+                        job.emit(ChoiceEvent(index, event))
         except Exception as exc:  # noqa: BLE001 - any failure must end the job, never hang it
             self._metrics.finishes.labels("error").inc()
             log.exception("generation failed", extra={**fields, "error_class": type(exc).__name__})
-            job.emit(_End(error=f"generation failed: {type(exc).__name__}"))
+            job.emit(_End(error=f"generation failed ({type(exc).__name__})"))
             return
-        log.info("generation finished", extra={**fields, "seconds": round(time.perf_counter() - started, 4)})
+        seconds = round(time.perf_counter() - started, 4)
+        if cancelled:
+            self._metrics.generations_cancelled.inc()
+            if queued_cancel:  # no decoder ran, so no Finish(cancelled) was counted
+                self._metrics.finishes.labels("cancelled").inc()
+            log.info("generation cancelled", extra={**fields, "seconds": seconds})
+        else:
+            log.info("generation finished", extra={**fields, "seconds": seconds})
         job.emit(_End())
 
     def _record(self, event: Event) -> None:

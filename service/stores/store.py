@@ -206,39 +206,6 @@ class WordListStore(Protocol):
     def close(self) -> None: ...
 
 
-def put(store: WordListStore, wordlist: WordList, precondition: Precondition | None,
-        token_id: str | None) -> StoredWordList:
-    """Create or replace ``wordlist`` (its name is the key)."""
-    result = store.write(wordlist.name, lambda cur: replacement(cur, wordlist), precondition, token_id)
-    assert result is not None
-    return result
-
-
-def update(store: WordListStore, name: str, add: Sequence[str | Term], remove: Sequence[str],
-           precondition: Precondition | None, token_id: str | None) -> StoredWordList:
-    """Add and remove terms of an existing list. Raises :class:`WordListNotFound` when absent."""
-
-    def compute(current: StoredWordList | None) -> Change:
-        if current is None:
-            raise WordListNotFound(name)
-        return patched(current, add, remove)
-
-    result = store.write(name, compute, precondition, token_id)
-    assert result is not None
-    return result
-
-
-def delete(store: WordListStore, name: str, precondition: Precondition | None, token_id: str | None) -> None:
-    """Delete a list. Raises :class:`WordListNotFound` when absent."""
-
-    def compute(current: StoredWordList | None) -> Change:
-        if current is None:
-            raise WordListNotFound(name)
-        return deletion(current)
-
-    store.write(name, compute, precondition, token_id)
-
-
 def seed(store: WordListStore, wordlists: Iterable[WordList]) -> list[str]:
     """Store each list whose name was never used (startup, recovery of a Redis that lost its data);
     a list an operator deleted stays deleted. Returns the names it created."""

@@ -1,0 +1,116 @@
+"""The ``guardrail`` console script: ``compile``, ``check``, ``generate``, ``serve``.
+
+Every command takes ``--json`` to print one machine-readable JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Sequence
+
+from guardrail.wordlist import WordListError
+
+
+def _emit(args: argparse.Namespace, payload: dict, human: str) -> None:
+    print(json.dumps(payload, ensure_ascii=False) if args.json else human)
+
+
+def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str] = ("en",)) -> None:
+    """``--wordlist NAME[,NAME…]`` (repeatable; bundled names or .txt paths) and ``--banned "a,b"``."""
+    parser.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
+                        help=f"word lists: bundled names or .txt files (default: {','.join(default)})")
+    parser.add_argument("--banned", action="append", default=[], metavar='"a,b"',
+                        help="extra banned terms, comma-separated")
+    parser.set_defaults(default_wordlists=list(default))
+
+
+def selected_wordlists(args: argparse.Namespace):
+    from guardrail.wordlist_selection import select_wordlists
+
+    names = args.wordlist if args.wordlist is not None else args.default_wordlists
+    return select_wordlists(names, args.banned)
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from guardrail.artefact_cache import ArtefactCache
+    from guardrail.models import cache_dir, load_tokenizer
+    from guardrail.vocab import TokenVocab
+
+    wordlists = selected_wordlists(args)
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(args.model)
+    vocab = TokenVocab.from_tokenizer(tokenizer)
+    load_seconds = time.perf_counter() - started
+    cache = ArtefactCache(redis_url=os.environ.get("GUARDRAIL_REDIS_URL") or None,
+                          cache_dir=None if args.no_cache else cache_dir())
+    started = time.perf_counter()
+    artefact, layer = cache.get(vocab, wordlists)
+    seconds = time.perf_counter() - started
+    payload = {
+        "model": args.model,
+        "wordlists": [w.name for w in wordlists],
+        "terms": len(artefact.terms),
+        "vocab_size": len(vocab.token_bytes),
+        "automaton_states": sum(a.num_nodes for a in artefact.automata),
+        "always_banned_tokens": int(len(artefact.always_banned)),
+        "seconds": round(seconds, 4),
+        "tokenizer_load_seconds": round(load_seconds, 4),
+        "cache_layer": "none" if layer == "compile" else layer,
+    }
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from guardrail.textmatch import TextMatcher
+
+    matches = TextMatcher(selected_wordlists(args)).scan(args.text)
+    payload = {"matches": [{"term": m.term, "list": m.list_name, "start": m.start, "end": m.end,
+                            "text": args.text[m.start:m.end]} for m in matches]}
+    human = "\n".join(f"{m.start}-{m.end}\t{m.list_name}\t{m.term}\t{args.text[m.start:m.end]!r}" for m in matches)
+    _emit(args, payload, human or "no matches")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="guardrail", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    compile_ = sub.add_parser("compile", help="compile word lists for a model's tokenizer")
+    compile_.add_argument("--model", default="smollm2", help="smollm2 | gemma3 | local HF dir | .gguf path")
+    add_wordlist_options(compile_)
+    compile_.add_argument("--no-cache", action="store_true", help="skip the on-disk artefact cache")
+    compile_.add_argument("--json", action="store_true")
+    compile_.set_defaults(handler=_cmd_compile)
+
+    check = sub.add_parser("check", help="scan a text for banned terms (exit code 0 either way)")
+    check.add_argument("text")
+    add_wordlist_options(check)
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(handler=_cmd_check)
+
+    for module, name in (("guardrail.cli_generate", "add_generate_command"), ("service.cli_serve", "add_serve_command")):
+        try:
+            adder = getattr(__import__(module, fromlist=[name]), name)
+        except ImportError:
+            continue
+        adder(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args) or 0
+    except (WordListError, ValueError) as exc:
+        print(f"guardrail {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""What :class:`guardrail.decoder.StreamingDecoder` yields: text deltas, rollbacks and one final finish.
+
+A stream is any number of :class:`TextDelta` and :class:`Rollback` events followed by exactly one
+:class:`Finish`. Deltas are never retracted: their concatenation is ``Finish.text``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+#: ``stop``: EOS or a stop string; ``length``: ``max_tokens`` or the wall-clock limit; ``content_filter``:
+#: the rollback budget ran out or every candidate token was banned (OpenAI's value); ``cancelled``: the
+#: caller set the cancel event (the client went away).
+FinishReason = Literal["stop", "length", "content_filter", "cancelled"]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Text released to the client; no banned term can still begin inside it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """A banned term was caught and the decoder went back to where it began.
+
+    Attributes:
+        position: index (0-based, among completion tokens) of the token where the term began; decoding
+            resumes there with that token banned.
+        list_name: the word list of the term (never the term itself: events reach logs and metrics).
+        tokens_discarded: completion tokens dropped (0 when the candidate token itself began the term and
+            was simply re-picked).
+    """
+
+    position: int
+    list_name: str
+    tokens_discarded: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Counters of one generation.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt.
+        completion_tokens: tokens kept in the answer (rolled-back tokens do not count).
+        rollbacks: banned-term hits that made the decoder re-pick (rollbacks and same-position re-picks).
+        forward_passes: model forward calls, the prefill and every re-prefill counting one each.
+        reprefills: rollbacks that rebuilt the KV cache from scratch because it could not crop.
+        seconds: wall time of the generation.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    rollbacks: int
+    forward_passes: int
+    reprefills: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The last event of a stream.
+
+    Attributes:
+        reason: see :data:`FinishReason`.
+        text: the whole answer (equal to the concatenated :class:`TextDelta` texts).
+        usage: counters of the generation.
+    """
+
+    reason: FinishReason
+    text: str
+    usage: Usage
+
+
+Event = Union[TextDelta, Rollback, Finish]

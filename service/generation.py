@@ -1,0 +1,275 @@
+"""What chat and text completions share: validate a request against the server's limits, turn it into
+a :class:`~service.worker.GenerationRequest`, and answer it as one JSON body or as Server-Sent Events.
+
+The two routes differ only in how they build the prompt and in the JSON of their chunks and bodies,
+which they describe with a :class:`ResponseShape`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from guardrail.events import Finish, TextDelta, Usage
+from guardrail.sampling import SamplingParams
+from service.errors import ApiError, error_body
+from service.request_lists import request_list, stored_lists
+from service.runtime import Runtime
+from service.schemas.generation import GenerationFields
+from service.worker import GenerationFailed, GenerationRequest, Job, QueueFull
+
+log = logging.getLogger("guardrail.service.generation")
+
+SSE_DONE = "data: [DONE]\n\n"
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_DISCONNECT_POLL_S = 0.25
+
+
+def sse_event(payload: dict[str, Any]) -> str:
+    """One Server-Sent Event carrying ``payload`` as compact JSON."""
+    return "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Identity of one response: shared by all its chunks."""
+
+    id: str
+    created: int
+    model: str
+
+    @classmethod
+    def new(cls, prefix: str, model: str) -> Completion:
+        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
+
+
+@dataclass
+class UsageTotal:
+    """Usage summed over a request's choices (the prompt counted once, as OpenAI does)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    rollbacks: int = 0
+    forward_passes: int = 0
+    reprefills: int = 0
+
+    def add(self, usage: Usage) -> None:
+        self.prompt_tokens = usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.rollbacks += usage.rollbacks
+        self.forward_passes += usage.forward_passes
+        self.reprefills += usage.reprefills
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "rollbacks": self.rollbacks,
+            "forward_passes": self.forward_passes,
+            "reprefills": self.reprefills,
+        }
+
+
+class ResponseShape(Protocol):
+    """The JSON a route answers with (chat.completion vs text_completion)."""
+
+    id_prefix: str
+
+    def first_chunk(self, c: Completion, index: int) -> dict[str, Any] | None: ...
+
+    def delta_chunk(self, c: Completion, index: int, text: str) -> dict[str, Any]: ...
+
+    def finish_chunk(self, c: Completion, index: int, reason: str) -> dict[str, Any]: ...
+
+    def usage_chunk(self, c: Completion, usage: dict[str, int]) -> dict[str, Any]: ...
+
+    def body(self, c: Completion, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]: ...
+
+
+@dataclass
+class Prepared:
+    """A validated request, ready to submit."""
+
+    generation: GenerationRequest
+    stream: bool
+    include_usage: bool
+    list_versions: dict[str, int] = field(default_factory=dict)
+
+
+def _reject_unsupported(body: GenerationFields) -> None:
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(body, name):
+            raise ApiError(400, f"{name} is not supported (use repetition_penalty)", param=name,
+                           code="unsupported_parameter")
+    if body.logprobs:
+        raise ApiError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
+
+
+def _named_field(message: str) -> str | None:
+    """The SamplingParams field a core validation message starts with (``"logit_bias[...]: ..."``)."""
+    head = re.split(r"[\s:\[]", message, maxsplit=1)[0]
+    return head if head in SamplingParams.field_names() else None
+
+
+def prepare(runtime: Runtime, body: GenerationFields, prompt_ids: list[int], token_limit: int | None,
+            log_fields: dict[str, object], prompt_param: str) -> Prepared:
+    """Check a request against the server's limits and build the worker's request.
+
+    Args:
+        prompt_ids: the tokenized prompt; ``prompt_param`` names the field it came from (errors).
+
+    Raises:
+        ApiError: 404 for an unknown ``model`` or word list, 400 naming the field for anything else.
+    """
+    settings = runtime.settings
+    if body.model not in runtime.model_ids:
+        raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
+                       param="model", code="model_not_found")
+    _reject_unsupported(body)
+    if body.n > settings.max_n:
+        raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
+                       code="invalid_value")
+    max_tokens = token_limit if token_limit is not None else settings.default_max_tokens
+    if max_tokens > settings.max_tokens_limit:
+        raise ApiError(400, f"max_tokens={max_tokens} exceeds this server's limit of {settings.max_tokens_limit}",
+                       param="max_tokens", code="invalid_value")
+    if not prompt_ids:
+        raise ApiError(400, "the prompt is empty", param=prompt_param, code="invalid_value")
+    if len(prompt_ids) + max_tokens > runtime.context_length:
+        raise ApiError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                       f"model's context of {runtime.context_length} tokens", param=prompt_param,
+                       code="context_length_exceeded")
+    stored = stored_lists(runtime, body.wordlists)
+    own = request_list(runtime, body.request_terms())
+    wordlists = tuple(s.wordlist for s in stored) + ((own,) if own is not None else ())
+    versions = {s.wordlist.name: s.version for s in stored}
+    options: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "stop": body.stop_list(),
+        "logit_bias": body.logit_bias or {},
+        "watermark": body.watermark,
+        "watermark_key": settings.watermark_key,
+        "max_rollbacks": settings.max_rollbacks,
+        "max_rollbacks_per_position": settings.max_rollbacks_per_position,
+        "timeout_s": settings.request_timeout_s,
+    }
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty"):
+        value = getattr(body, name)
+        if value is not None:
+            options[name] = value
+    try:
+        params = SamplingParams(**options)
+        params.check_vocab(runtime.vocab_size)
+    except ValueError as exc:  # the core's messages start with the field's name
+        raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
+    fields = {**log_fields, "wordlists": sorted(versions), "request_terms": len(body.request_terms()),
+              "prompt_tokens": len(prompt_ids), "max_tokens": max_tokens}
+    return Prepared(
+        GenerationRequest(prompt_ids, wordlists, params, body.n, fields),
+        stream=body.stream,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        list_versions=versions,
+    )
+
+
+def submit(runtime: Runtime, prepared: Prepared) -> Job:
+    """Queue the request. Raises ApiError 429 with ``Retry-After`` when the queue is full."""
+    try:
+        return runtime.worker.submit(prepared.generation, runtime.settings.request_timeout_s)
+    except QueueFull as exc:
+        raise ApiError(429, "The server is busy: too many generations queued. Retry later.",
+                       code="queue_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
+
+
+async def _events_or_disconnect(job: Job, request: Request) -> list[Finish]:
+    """Collect a job's finishes; cancel it when the client goes away first."""
+    finishes: dict[int, Finish] = {}
+
+    async def collect() -> None:
+        async for item in job.events():
+            if isinstance(item.event, Finish):
+                finishes[item.index] = item.event
+
+    task = asyncio.create_task(collect())
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                job.cancel.set()
+        task.result()  # re-raises GenerationFailed
+    finally:
+        job.cancel.set()  # a no-op once finished; stops the model if we are being torn down
+        if not task.done():
+            task.cancel()
+    return [finishes[i] for i in sorted(finishes)]
+
+
+async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape: ResponseShape,
+                  endpoint: str) -> Any:
+    """Run a prepared request and answer it (JSON body, or SSE when ``stream`` was asked)."""
+    started = time.perf_counter()
+    completion = Completion.new(shape.id_prefix, runtime.model_id)
+    job = submit(runtime, prepared)
+    if prepared.stream:
+        stream = _sse(job, shape, completion, prepared, lambda: runtime.metrics.time_to_first_token.labels(
+            endpoint).observe(time.perf_counter() - started))
+        return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
+    try:
+        finishes = await _events_or_disconnect(job, request)
+    except GenerationFailed as exc:
+        raise ApiError(500, str(exc), code="generation_failed") from None
+    if len(finishes) < prepared.generation.n:  # cancelled: the client is gone, nobody reads this
+        raise ApiError(499, "client closed the request", code="cancelled")
+    total = UsageTotal()
+    for finish in finishes:
+        total.add(finish.usage)
+    return shape.body(completion, finishes, total.to_dict())
+
+
+async def _sse(job: Job, shape: ResponseShape, completion: Completion, prepared: Prepared,
+               first_text: Callable[[], None]) -> AsyncIterator[str]:
+    """The SSE body: chunks of released text, one finish chunk per choice, optional usage, [DONE].
+
+    A failure after the stream started becomes an ``error`` event (OpenAI's error body) followed by
+    ``[DONE]``. When the client disconnects, Starlette cancels this generator and ``finally`` stops
+    the generation.
+    """
+    total = UsageTotal()
+    opened: set[int] = set()
+    sent_text = False
+    try:
+        try:
+            async for item in job.events():
+                event, index = item.event, item.index
+                if index not in opened:
+                    opened.add(index)
+                    chunk = shape.first_chunk(completion, index)
+                    if chunk is not None:
+                        yield sse_event(chunk)
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        if not sent_text:
+                            sent_text = True
+                            first_text()
+                        yield sse_event(shape.delta_chunk(completion, index, event.text))
+                elif isinstance(event, Finish):
+                    total.add(event.usage)
+                    yield sse_event(shape.finish_chunk(completion, index, event.reason))
+            if prepared.include_usage:
+                yield sse_event(shape.usage_chunk(completion, total.to_dict()))
+        except GenerationFailed as exc:
+            yield sse_event(error_body(str(exc), status=500, code="generation_failed"))
+        yield SSE_DONE
+    finally:
+        job.cancel.set()

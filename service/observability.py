@@ -1,0 +1,105 @@
+"""ASGI middleware around every HTTP request: request id, in-flight gauge, request counters and
+durations by route, the access log, and the request body size limit.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so that streamed responses pass through untouched and the
+duration covers the last byte.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import error_body
+from service.metrics import ServiceMetrics
+
+log = logging.getLogger("guardrail.service.access")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Scrapes and probes are frequent and uninteresting: logged at DEBUG only.
+_QUIET_ENDPOINTS = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
+def _endpoint(scope: Scope) -> str:
+    """The route template (``/admin/wordlists/{name}``), never the raw path (label cardinality)."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+class ObservabilityMiddleware:
+    """Counts, times and logs every HTTP request; adds ``X-Request-ID`` (kept from the client when valid).
+
+    Args:
+        app: the wrapped ASGI app.
+        metrics: ``guardrail_requests_total``, ``guardrail_request_duration_seconds``,
+            ``guardrail_inflight_requests``.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 500  # what an exception escaping the app becomes
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        self.metrics.inflight_requests.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.metrics.inflight_requests.dec()
+            endpoint = _endpoint(scope)
+            seconds = time.perf_counter() - started
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.request_duration.labels(endpoint).observe(seconds)
+            log.log(
+                logging.DEBUG if endpoint in _QUIET_ENDPOINTS else logging.INFO,
+                "request",
+                extra={"request_id": request_id, "method": scope.get("method"), "endpoint": endpoint,
+                       "status": status, "seconds": round(seconds, 4)},
+            )
+
+
+class BodyLimitMiddleware:
+    """Answer 413 (OpenAI error shape) to a request whose ``Content-Length`` exceeds ``max_bytes``,
+    before the body is read. (JSON clients send a length; bound chunked bodies with a reverse proxy.)"""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps(error_body(f"request body larger than {self.max_bytes} bytes",
+                                     status=413, code="request_too_large")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send)
+            return
+        await self.app(scope, receive, send)

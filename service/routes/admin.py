@@ -1,0 +1,229 @@
+"""The admin API: word lists (list, read, create/replace, add/remove terms, delete) and the audit log.
+
+Every route needs the admin bearer token (:func:`service.auth.require_admin`). Reads go to the store
+(the truth, so an ETag read here is current); a successful write is applied to this replica's
+catalog at once and reaches other replicas through the store (hint + version polling). Optimistic
+concurrency: ``ETag: "v<version>"`` on reads and writes, ``If-Match`` (412 when stale) and
+``If-None-Match: *`` (create only) on writes. A failed write changes nothing: the previous version
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+
+from guardrail.wordlist import WordList, WordListError, wordlist_from_terms
+from service.auth import require_admin
+from service.deps import RuntimeDep
+from service.errors import ApiError
+from service.runtime import Runtime
+from service.schemas.terms import to_terms
+from service.schemas.wordlists import (
+    AuditLog,
+    AuditOut,
+    WordListIn,
+    WordListIndex,
+    WordListOut,
+    WordListPatch,
+    WordListSummary,
+)
+from service.stores.store import (
+    NAME_PATTERN,
+    Change,
+    Precondition,
+    PreconditionFailed,
+    StoredWordList,
+    StoreUnavailable,
+    WordListNotFound,
+    deletion,
+    patched,
+    replacement,
+)
+
+_ERRORS = {
+    401: {"description": "No bearer token."},
+    403: {"description": "Wrong token, or the admin API is disabled (GUARDRAIL_ADMIN_TOKEN unset)."},
+    503: {"description": "The word-list store does not answer."},
+}
+router = APIRouter(prefix="/admin", tags=["admin"], responses=_ERRORS)
+
+TokenId = Annotated[str, Depends(require_admin)]
+ListName = Annotated[str, Path(pattern=NAME_PATTERN, description="1-64 of A-Z a-z 0-9 _ . - (not first: . _ -)")]
+IfMatch = Annotated[str | None, Header(description='"v<version>" from an ETag, or *')]
+IfNoneMatch = Annotated[str | None, Header(description="* : create only, 412 if the list exists")]
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+@contextmanager
+def _store_errors(runtime: Runtime) -> Iterator[None]:
+    """Translate store errors into HTTP answers."""
+    try:
+        yield
+    except WordListNotFound as exc:
+        raise ApiError(404, str(exc), param="name", code="wordlist_not_found") from None
+    except PreconditionFailed as exc:
+        headers = {"ETag": f'"v{exc.current}"'} if exc.current is not None else {}
+        raise ApiError(412, str(exc), param="If-Match", code="precondition_failed", headers=headers) from None
+    except StoreUnavailable as exc:
+        raise ApiError(503, f"word-list store unavailable ({exc}); the previous version keeps serving",
+                       code="store_unavailable", headers={"Retry-After": "1"}) from None
+    except _TooLarge as exc:
+        limit = runtime.settings.max_list_terms
+        raise ApiError(413, f"the list would hold {exc.size} terms; the limit is {limit} "
+                       "(GUARDRAIL_MAX_LIST_TERMS)", param="terms", code="list_too_large") from None
+
+
+def _precondition(if_match: str | None, if_none_match: str | None) -> Precondition | None:
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise ApiError(400, "only If-None-Match: * is supported", param="If-None-Match", code="invalid_value")
+        return Precondition(absent=True)
+    if if_match is None:
+        return None
+    try:
+        return Precondition.if_match(if_match)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param="If-Match", code="invalid_value") from None
+
+
+def _check_allow(allow: list[str]) -> tuple[str, ...]:
+    """Allow-terms are stored one per line: no line breaks or control characters, some letter or digit."""
+    cleaned = []
+    for index, text in enumerate(allow):
+        text = text.strip()
+        bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") and c != "\t"), None)
+        if not any(c.isalnum() for c in text) or bad is not None:
+            reason = f"contains the control character U+{ord(bad):04X}" if bad else "has no letter or digit"
+            raise ApiError(422, f"allow-term {text!r} {reason}", param=f"allow.{index}", code="invalid_term")
+        cleaned.append(text)
+    return tuple(dict.fromkeys(cleaned))
+
+
+def _build(name: str, body: WordListIn, limit: int) -> WordList:
+    size = len(body.terms) + len(body.allow)
+    if size > limit:
+        raise _TooLarge(size)
+    try:
+        terms = wordlist_from_terms(to_terms(body.terms), name=name).terms
+    except WordListError as exc:
+        index = f".{exc.line - 1}" if exc.line else ""
+        raise ApiError(422, f"invalid term: {exc.reason}", param=f"terms{index}", code="invalid_term") from None
+    return WordList(name, terms, _check_allow(body.allow))
+
+
+def _summary(runtime: Runtime, stored: StoredWordList) -> WordListSummary:
+    return WordListSummary(
+        name=stored.wordlist.name, version=stored.version, etag=stored.etag, updated_at=stored.updated_at,
+        terms=len(stored.wordlist.terms), allow=len(stored.wordlist.allow),
+        default=stored.wordlist.name in runtime.default_wordlists,
+    )
+
+
+@router.get("/wordlists", response_model=WordListIndex, summary="List the word lists")
+def list_wordlists(_: TokenId, runtime: RuntimeDep) -> WordListIndex:
+    with _store_errors(runtime):
+        names = sorted(runtime.store.versions())
+        stored = [s for s in (runtime.store.get(n) for n in names) if s is not None]
+    return WordListIndex(data=[_summary(runtime, s) for s in stored])
+
+
+@router.get("/wordlists/{name}", response_model=WordListOut, summary="Read a word list (terms, version, ETag)",
+            responses={404: {"description": "No such list."}})
+def get_wordlist(name: ListName, _: TokenId, runtime: RuntimeDep, response: Response) -> WordListOut:
+    with _store_errors(runtime):
+        stored = runtime.store.get(name)
+    if stored is None:
+        raise ApiError(404, f"word list {name!r} does not exist", param="name", code="wordlist_not_found")
+    response.headers["ETag"] = stored.etag
+    return WordListOut.of(stored)
+
+
+@router.put("/wordlists/{name}", response_model=WordListSummary, summary="Create or replace a word list",
+            responses={201: {"description": "Created."}, 412: {"description": "Stale If-Match."},
+                       413: {"description": "Too many terms."}})
+def put_wordlist(name: ListName, body: WordListIn, token_id: TokenId, runtime: RuntimeDep, response: Response,
+                 if_match: IfMatch = None, if_none_match: IfNoneMatch = None) -> WordListSummary:
+    precondition = _precondition(if_match, if_none_match)
+    created = False
+
+    def compute(current: StoredWordList | None) -> Change:
+        nonlocal created
+        created = current is None  # the store may retry: the last call is the one committed
+        return replacement(current, wordlist)
+
+    with _store_errors(runtime):
+        wordlist = _build(name, body, runtime.settings.max_list_terms)
+        stored = runtime.store.write(name, compute, precondition, token_id)
+    assert stored is not None
+    runtime.catalog.apply_local(name, stored)
+    response.status_code = 201 if created else 200
+    response.headers["ETag"] = stored.etag
+    return _summary(runtime, stored)
+
+
+@router.patch("/wordlists/{name}", response_model=WordListSummary, summary="Add and remove terms",
+              responses={404: {"description": "No such list."}, 412: {"description": "Stale If-Match."},
+                         413: {"description": "Too many terms."}})
+def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runtime: RuntimeDep,
+                   response: Response, if_match: IfMatch = None) -> WordListSummary:
+    precondition = _precondition(if_match, None)
+    limit = runtime.settings.max_list_terms
+    try:
+        add = wordlist_from_terms(to_terms(body.add), name=name).terms if body.add else ()
+    except WordListError as exc:
+        index = f".{exc.line - 1}" if exc.line else ""
+        raise ApiError(422, f"invalid term: {exc.reason}", param=f"add{index}", code="invalid_term") from None
+
+    def compute(current: StoredWordList | None) -> Change:
+        if current is None:
+            raise WordListNotFound(name)
+        change = patched(current, add, body.remove)
+        assert change.wordlist is not None
+        size = len(change.wordlist.terms) + len(change.wordlist.allow)
+        if size > limit:
+            raise _TooLarge(size)
+        return change
+
+    with _store_errors(runtime):
+        stored = runtime.store.write(name, compute, precondition, token_id)
+    assert stored is not None
+    runtime.catalog.apply_local(name, stored)
+    response.headers["ETag"] = stored.etag
+    return _summary(runtime, stored)
+
+
+@router.delete("/wordlists/{name}", status_code=204, summary="Delete a word list",
+               responses={404: {"description": "No such list."}, 409: {"description": "In the default set."},
+                          412: {"description": "Stale If-Match."}})
+def delete_wordlist(name: ListName, token_id: TokenId, runtime: RuntimeDep, if_match: IfMatch = None) -> Response:
+    if name in runtime.default_wordlists:
+        raise ApiError(409, f"word list {name!r} is in this server's default set (GUARDRAIL_WORDLISTS); "
+                       "replace its terms instead", param="name", code="wordlist_in_default_set")
+    precondition = _precondition(if_match, None)
+
+    def compute(current: StoredWordList | None) -> Change:
+        if current is None:
+            raise WordListNotFound(name)
+        return deletion(current)
+
+    with _store_errors(runtime):
+        runtime.store.write(name, compute, precondition, token_id)
+    runtime.catalog.apply_local(name, None)
+    return Response(status_code=204)
+
+
+@router.get("/audit", response_model=AuditLog, summary="The latest changes, newest first")
+def audit(_: TokenId, runtime: RuntimeDep,
+          limit: Annotated[int, Query(ge=1, le=1000, description="Records to return.")] = 100) -> AuditLog:
+    with _store_errors(runtime):
+        records = runtime.store.audit(limit)
+    return AuditLog(data=[AuditOut.of(r) for r in records])

@@ -1,0 +1,85 @@
+"""``POST /v1/completions`` (OpenAI's legacy text completions, streaming and not)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from guardrail.events import Finish
+from service.auth import require_client
+from service.deps import RuntimeDep
+from service.errors import ApiError
+from service.generation import Completion, prepare, respond
+from service.schemas.generation import CompletionRequest, TextCompletion
+
+router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
+
+ENDPOINT = "/v1/completions"
+
+
+class CompletionShape:
+    """text_completion bodies and chunks (a chunk is a text_completion with the new text)."""
+
+    id_prefix = "cmpl"
+
+    @staticmethod
+    def _chunk(c: Completion, index: int, text: str, reason: str | None) -> dict[str, Any]:
+        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
+                "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}]}
+
+    def first_chunk(self, c: Completion, index: int) -> None:
+        return None
+
+    def delta_chunk(self, c: Completion, index: int, text: str) -> dict[str, Any]:
+        return self._chunk(c, index, text, None)
+
+    def finish_chunk(self, c: Completion, index: int, reason: str) -> dict[str, Any]:
+        return self._chunk(c, index, "", reason)
+
+    def usage_chunk(self, c: Completion, usage: dict[str, int]) -> dict[str, Any]:
+        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
+                "choices": [], "usage": usage}
+
+    def body(self, c: Completion, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]:
+        return {
+            "id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
+            "choices": [{"index": i, "text": f.text, "logprobs": None, "finish_reason": f.reason}
+                        for i, f in enumerate(finishes)],
+            "usage": usage,
+        }
+
+
+def _reject_unsupported(body: CompletionRequest) -> None:
+    if body.echo:
+        raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
+    if body.suffix:
+        raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
+    if body.best_of not in (None, 1):
+        raise ApiError(400, "best_of is not supported", param="best_of", code="unsupported_parameter")
+
+
+@router.post(
+    "/completions",
+    response_model=TextCompletion,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"}},
+    summary="Text completion of a raw prompt with banned terms enforced during decoding",
+)
+async def create_completion(body: CompletionRequest, request: Request,
+                            runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
+    _reject_unsupported(body)
+    prompt = body.prompt
+    if isinstance(prompt, list) and isinstance(prompt[0], int):
+        if max(prompt) >= runtime.vocab_size:
+            raise ApiError(400, f"prompt token ids must be below {runtime.vocab_size}", param="prompt",
+                           code="invalid_value")
+        prompt_ids = list(prompt)
+    else:
+        text = prompt[0] if isinstance(prompt, list) else prompt
+        prompt_ids = runtime.text_prompt_ids(text)
+    fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
+    if runtime.settings.debug_log_prompts:
+        fields["prompt"] = prompt
+    prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt")
+    return await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)

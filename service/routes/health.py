@@ -1,0 +1,46 @@
+"""Liveness, readiness and the Prometheus scrape endpoint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.deps import RuntimeDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: 200 ready, 503 degraded (body says what)",
+            responses={503: {"description": "Degraded: the word-list store does not answer."}})
+def readyz(runtime: RuntimeDep) -> JSONResponse:
+    """Ready when the model is loaded and the word-list store answers.
+
+    A replica whose Redis is down still generates from its in-memory copy of the lists, but reports
+    503 so that an operator (or a load balancer) sees it; ``checks.store`` says why.
+    """
+    catalog = runtime.catalog
+    store = {"kind": runtime.store.kind, "up": catalog.healthy}
+    if catalog.last_error:
+        store["error"] = catalog.last_error
+    body = {
+        "status": "ready" if catalog.healthy else "degraded",
+        "checks": {
+            "model": {"id": runtime.model_id, "loaded": True},
+            "store": store,
+            "worker": {"waiting": runtime.worker.waiting},
+        },
+        "wordlists": {name: runtime.catalog.get(name).version for name in runtime.catalog.names()},
+    }
+    return JSONResponse(body, status_code=200 if catalog.healthy else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)",
+            response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

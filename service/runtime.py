@@ -1,0 +1,135 @@
+"""The long-lived objects of one service process, built once by the app's lifespan.
+
+One model instance per process (loaded here, owned by the worker threads), the tokenizer and its
+:class:`~guardrail.vocab.TokenVocab`, the artefact cache (memory → Redis → disk → compile), the word-list
+store and its in-memory catalog, and the generation worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from guardrail.artefact_cache import ArtefactCache
+from guardrail.decoder import StreamingDecoder
+from guardrail.events import Event
+from guardrail.models import load_model, load_tokenizer, resolve_model
+from guardrail.sampling import SamplingParams
+from guardrail.textmatch import TextMatcher
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
+from service.catalog import WordListCatalog
+from service.metrics import ServiceMetrics
+from service.settings import Settings
+from service.stores.embedded import EmbeddedStore
+from service.stores.redis_store import RedisStore
+from service.stores.store import StoredWordList, WordListStore
+from service.worker import GenerationWorker
+
+log = logging.getLogger("guardrail.service")
+
+_TEXT_MATCHERS_KEPT = 32
+
+
+def open_store(settings: Settings) -> WordListStore:
+    """The Redis store when ``GUARDRAIL_REDIS_URL`` is set, else the embedded one under ``data_dir``."""
+    if settings.redis_url:
+        return RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout_s,
+                          settings.audit_max_records)
+    return EmbeddedStore(settings.data_dir, settings.audit_max_records)
+
+
+def seed_lists(settings: Settings) -> list[WordList]:
+    """Lists seeded into an empty store: every bundled list, plus default-set entries that are
+    ``.txt`` files (``guardrail serve --wordlist my.txt``), named by their file stem."""
+    lists = [bundled_wordlist(name) for name in bundled_names()]
+    lists += [load_wordlist(name) for name in settings.wordlists if name.endswith(".txt")]
+    return lists
+
+
+def default_set(settings: Settings) -> list[str]:
+    """The default set's list names (a ``.txt`` entry is known by its file stem)."""
+    return [Path(n).stem if n.endswith(".txt") else n for n in settings.wordlists]
+
+
+class Runtime:
+    """Everything a request needs; :meth:`open` loads the model (tens of seconds), :meth:`close` stops.
+
+    Raises:
+        guardrail.wordlist.WordListError: a default-set ``.txt`` file is invalid.
+        OSError / ValueError from the model loader: the model cannot be loaded.
+    """
+
+    def __init__(self, settings: Settings, metrics: ServiceMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        started = time.perf_counter()
+        self.started_at = int(time.time())
+        self.model_id = settings.model
+        self.model_ids = {settings.model, str(resolve_model(settings.model))}
+        self.tokenizer = load_tokenizer(settings.model)
+        self.model = load_model(settings.model)
+        self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
+        self.vocab_size = len(self.vocab.token_bytes)
+        self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab)
+        log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
+
+        self.artefacts = ArtefactCache(
+            redis_url=settings.redis_url,
+            cache_dir=settings.cache_dir,
+            key_prefix=f"guardrail:{settings.redis_prefix}",
+            on_lookup=lambda layer: metrics.artefact_cache_lookups.labels(layer).inc(),
+            on_compile=metrics.compile_duration.observe,
+        )
+        self.default_wordlists = default_set(settings)
+        self.store = open_store(settings)
+        self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
+                                       settings.version_poll_interval_s)
+        self.worker = GenerationWorker(self._stream, metrics, settings.max_concurrent, settings.max_queue,
+                                       settings.retry_after_s)
+        self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()
+        self._matchers_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Load the word lists, start the worker, and compile the default set's artefact in the background."""
+        self.catalog.start()
+        self.worker.start()
+        threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.catalog.stop()
+        self.store.close()
+
+    def _stream(self, prompt_ids: Sequence[int], wordlists: tuple[WordList, ...], params: SamplingParams,
+                cancel: threading.Event) -> Iterator[Event]:
+        """The decoder stream of one choice (runs on a worker thread)."""
+        artefact, _ = self.artefacts.get(self.vocab, wordlists)
+        return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
+
+    def _warm_up(self) -> None:
+        try:
+            lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
+            self.artefacts.get(self.vocab, lists)
+        except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
+            log.exception("artefact warm-up failed")
+
+    def text_matcher(self, stored: Sequence[StoredWordList]) -> TextMatcher:
+        """The text matcher for these list versions (built once per combination, LRU-kept)."""
+        key = tuple((s.wordlist.name, s.version) for s in stored)
+        with self._matchers_lock:
+            found = self._text_matchers.get(key)
+            if found is not None:
+                self._text_matchers.move_to_end(key)
+                return found
+        matcher = TextMatcher([s.wordlist for s in stored])
+        with self._matchers_lock:
+            self._text_matchers[key] = matcher
+            while len(self._text_matchers) > _TEXT_MATCHERS_KEPT:
+                self._text_matchers.popitem(last=False)
+        return matcher
+

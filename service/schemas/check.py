@@ -1,0 +1,44 @@
+"""Bodies of ``POST /v1/check`` (scan a text against word lists)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas.terms import TermItem, TermText
+
+MAX_CHECK_CHARS = 1_000_000
+
+
+class CheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(max_length=MAX_CHECK_CHARS, description="The text to scan, e.g. a user's prompt.")
+    wordlists: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        None, max_length=64, description="Lists to scan with; omitted = the default set."
+    )
+    banned_terms: list[TermItem] | None = Field(None, description="Extra terms for this request only.")
+    bad_words: list[TermText] | None = Field(None, description="Alias of banned_terms (strings).")
+
+    def request_terms(self) -> list[TermItem]:
+        return [*(self.banned_terms or []), *(self.bad_words or [])]
+
+
+class CheckMatch(BaseModel):
+    term: str = Field(description="The term as written in its list.")
+    list: str = Field(description="The list holding the term ('request' for banned_terms).")
+    start: int = Field(description="Index of the first character in `text` (code points).")
+    end: int = Field(description="Index past the last character (exclusive).")
+    text: str = Field(description="text[start:end].")
+
+
+class ListVersion(BaseModel):
+    name: str
+    version: int
+
+
+class CheckResponse(BaseModel):
+    flagged: bool
+    matches: list[CheckMatch]
+    wordlists: list[ListVersion] = Field(description="The list versions the text was scanned with.")

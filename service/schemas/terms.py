@@ -1,0 +1,35 @@
+"""A banned term as a request gives it: a plain string or ``{text, match, case_sensitive}``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from guardrail.wordlist import MatchMode, Term, default_match_mode
+
+# Pydantic checks the length; the core (wordlist_from_terms) checks the rest and names the term.
+MAX_TERM_CHARS = 256
+
+
+class TermIn(BaseModel):
+    """A term with options (docs/wordlists.md): ``match`` defaults by script (word, or substring for
+    scripts written without spaces), ``case_sensitive`` to false."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_TERM_CHARS, examples=["darn"])
+    match: MatchMode | None = None
+    case_sensitive: bool = False
+
+    def to_term(self) -> Term:
+        return Term(self.text.strip(), self.match or default_match_mode(self.text.strip()), self.case_sensitive)
+
+
+TermText = Annotated[str, Field(min_length=1, max_length=MAX_TERM_CHARS)]
+TermItem = TermText | TermIn
+
+
+def to_terms(items: list[TermItem]) -> list[str | Term]:
+    """Request items as what ``guardrail.wordlist.wordlist_from_terms`` takes."""
+    return [item.to_term() if isinstance(item, TermIn) else item for item in items]

@@ -1,0 +1,91 @@
+"""Bodies of the admin API (``/admin/wordlists``, ``/admin/audit``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from guardrail.wordlist import MatchMode
+from service.schemas.terms import TermItem, TermText
+from service.stores.store import AuditRecord, StoredWordList
+
+
+class WordListIn(BaseModel):
+    """A whole list (PUT). Size limits (GUARDRAIL_MAX_LIST_TERMS) are checked by the route: 413 beyond."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    terms: list[TermItem] = Field(description="Banned terms: strings or {text, match, case_sensitive}.")
+    allow: list[TermText] = Field(default_factory=list, description="Allow-terms (docs/wordlists.md).")
+
+
+class WordListPatch(BaseModel):
+    """Terms to add and to remove (PATCH); removal matches the text (case-insensitively for
+    case-insensitive terms)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    add: list[TermItem] = Field(default_factory=list)
+    remove: list[TermText] = Field(default_factory=list)
+
+
+class TermOut(BaseModel):
+    text: str
+    match: MatchMode
+    case_sensitive: bool
+
+
+class WordListOut(BaseModel):
+    name: str
+    version: int
+    etag: str
+    updated_at: float = Field(description="Unix time of the change, seconds.")
+    terms: list[TermOut]
+    allow: list[str]
+
+    @classmethod
+    def of(cls, stored: StoredWordList) -> WordListOut:
+        wl = stored.wordlist
+        return cls(
+            name=wl.name,
+            version=stored.version,
+            etag=stored.etag,
+            updated_at=stored.updated_at,
+            terms=[TermOut(text=t.text, match=t.match, case_sensitive=t.case_sensitive) for t in wl.terms],
+            allow=list(wl.allow),
+        )
+
+
+class WordListSummary(BaseModel):
+    name: str
+    version: int
+    etag: str
+    updated_at: float
+    terms: int = Field(description="Number of terms.")
+    allow: int = Field(description="Number of allow-terms.")
+    default: bool = Field(description="Part of this replica's default set (GUARDRAIL_WORDLISTS).")
+
+
+class WordListIndex(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[WordListSummary]
+
+
+class AuditOut(BaseModel):
+    time: float = Field(description="Unix time, seconds.")
+    action: Literal["create", "replace", "update", "delete", "seed"]
+    list: str
+    version: int
+    token_id: str | None = Field(description="12 hex digits of the admin token's SHA-256; null for seeds.")
+    added: int
+    removed: int
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> AuditOut:
+        return cls(**record.to_dict())
+
+
+class AuditLog(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AuditOut]

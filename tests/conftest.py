@@ -1,0 +1,77 @@
+"""Shared fixtures: the real bundled tokenizers and models, and the real Redis.
+
+Everything is session-scoped and built on first use, so a test run pays for each tokenizer or model at
+most once (first run on a machine: tokenizers ~10-30 s, model ~30-60 s from gguf; afterwards ~1 s each
+from guardrail's disk cache, see guardrail/models.py).
+"""
+
+import os
+
+# Before transformers is imported anywhere: the bundled models are local files and a test must never
+# reach for the Hugging Face Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+import redis  # noqa: E402
+
+from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.vocab import TokenVocab  # noqa: E402
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer():
+    return load_tokenizer("gemma3")
+
+
+@pytest.fixture(scope="session")
+def smollm2_vocab(smollm2_tokenizer):
+    return TokenVocab.from_tokenizer(smollm2_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def gemma3_vocab(gemma3_tokenizer):
+    return TokenVocab.from_tokenizer(gemma3_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are marked ``@pytest.mark.slow``."""
+    return load_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """The real Redis CI starts (.ci/run). Not answering is a failure, never a skip: a skipped Redis
+    test proves nothing."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis at {REDIS_URL} does not answer ({exc}); start it: redis-server --port 6379", pytrace=False)
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_prefix(redis_url):
+    """A key prefix of this test's own (``guardrail-test:<uuid>:``); its keys are deleted afterwards."""
+    prefix = f"guardrail-test:{uuid.uuid4().hex}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()

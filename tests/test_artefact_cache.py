@@ -1,0 +1,99 @@
+"""The artefact cache: content-addressed keys, a real Redis round trip, corrupt blobs recompiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import redis
+
+from guardrail.artefact_cache import ArtefactCache
+from guardrail.artefact_codec import ArtefactFormatError, decode_artefact, encode_artefact
+from guardrail.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.token_matcher import TokenMatcher
+from guardrail.wordlist import WordListError, bundled_wordlist, parse_wordlist, wordlist_from_terms
+
+
+@pytest.fixture
+def lists():
+    return [bundled_wordlist("en"), wordlist_from_terms(["listen", "sorry"])]
+
+
+def test_codec_round_trip_preserves_behaviour(smollm2_vocab, smollm2_tokenizer, lists):
+    artefact = compile_artefact(smollm2_vocab, lists)
+    key = artefact_key(smollm2_vocab, lists)
+    decoded = decode_artefact(encode_artefact(artefact, key, COMPILER_VERSION), smollm2_vocab, key, COMPILER_VERSION)
+    for name in ("node", "symbols", "flags", "pending_bytes", "always_banned"):
+        assert np.array_equal(getattr(decoded.sweep, name), getattr(artefact.sweep, name)), name
+    ids = smollm2_tokenizer.encode("Sorry, I am not listening, LISTEN", add_special_tokens=False)
+    hits = []
+    for a in (artefact, decoded):
+        m = TokenMatcher(a)
+        hits.append([m.push(t) for t in ids] + [m.finish()])
+    assert hits[0] == hits[1] and any(hits[0])
+
+
+def test_key_changes_with_the_list_or_the_tokenizer(smollm2_vocab, gemma3_vocab, lists):
+    base = artefact_key(smollm2_vocab, lists)
+    assert artefact_key(smollm2_vocab, list(reversed(lists))) == base
+    assert artefact_key(gemma3_vocab, lists) != base
+    changed = [lists[0], wordlist_from_terms(["listen", "sorry", "talk"])]
+    assert artefact_key(smollm2_vocab, changed) != base
+
+
+def test_redis_round_trip_then_memory(redis_url, redis_prefix, smollm2_vocab, lists, tmp_path):
+    layers = []
+    first = ArtefactCache(redis_url, None, key_prefix=redis_prefix, on_lookup=layers.append)
+    _, layer = first.get(smollm2_vocab, lists)
+    assert layer == "compile"
+    assert first.get(smollm2_vocab, lists)[1] == "memory"
+    second = ArtefactCache(redis_url, None, key_prefix=redis_prefix)  # another replica
+    artefact, layer = second.get(smollm2_vocab, lists)
+    assert layer == "redis" and len(artefact.terms) == sum(len(w.terms) for w in lists)
+    assert layers == ["compile", "memory"]
+
+
+def test_disk_layer(tmp_path, smollm2_vocab, lists):
+    assert ArtefactCache(None, tmp_path).get(smollm2_vocab, lists)[1] == "compile"
+    assert ArtefactCache(None, tmp_path).get(smollm2_vocab, lists)[1] == "disk"
+
+
+def test_corrupted_blob_in_redis_is_recompiled(redis_url, redis_prefix, smollm2_vocab, lists):
+    cache = ArtefactCache(redis_url, None, key_prefix=redis_prefix)
+    cache.get(smollm2_vocab, lists)
+    client = redis.Redis.from_url(redis_url)
+    key = cache.redis_key(artefact_key(smollm2_vocab, lists))
+    blob = bytearray(client.get(key))
+    blob[-10] ^= 0xFF
+    client.set(key, bytes(blob))
+    artefact, layer = ArtefactCache(redis_url, None, key_prefix=redis_prefix).get(smollm2_vocab, lists)
+    assert layer == "compile" and artefact.terms
+    assert ArtefactCache(redis_url, None, key_prefix=redis_prefix).get(smollm2_vocab, lists)[1] == "redis"
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x80\x04pickle", b"GUARDRAIL-ARTEFACT\n\xff\xff\xff\xff{}"])
+def test_foreign_blobs_are_rejected_not_executed(smollm2_vocab, blob):
+    with pytest.raises(ArtefactFormatError):
+        decode_artefact(blob, smollm2_vocab, "k", COMPILER_VERSION)
+
+
+def test_artefact_for_another_vocab_is_rejected(smollm2_vocab, gemma3_vocab, lists):
+    key = artefact_key(smollm2_vocab, lists)
+    blob = encode_artefact(compile_artefact(smollm2_vocab, lists), key, COMPILER_VERSION)
+    with pytest.raises(ArtefactFormatError, match="vocab"):
+        decode_artefact(blob, gemma3_vocab, key, COMPILER_VERSION)
+
+
+@pytest.mark.parametrize("terms, needle", [
+    ([""], "<request>:1"), (["ok", "  "], "<request>:2"), (["!!!"], "<request>:1"), (["x" * 257], "256"),
+])
+def test_bad_terms_are_rejected_with_their_position(terms, needle):
+    with pytest.raises(WordListError, match=needle):
+        wordlist_from_terms(terms)
+
+
+def test_term_that_normalises_to_nothing_fails_compile_and_caches_nothing(tmp_path, smollm2_vocab):
+    bad = parse_wordlist("ok\n\u200b\u200bx\n", "zw")  # fine as written, but "x" survives: valid
+    assert ArtefactCache(None, tmp_path).get(smollm2_vocab, [bad])[1] == "compile"
+    with pytest.raises(WordListError):
+        parse_wordlist("\u200b!\n", "zw2")
+    assert len(list((tmp_path / "artefacts").iterdir())) == 1
