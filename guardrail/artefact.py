@@ -253,33 +253,37 @@ class Artefact:
 
     def sweep_root(self) -> RootSweep:
         """Compute the transitions of every token from the text start (the compiler's main cost)."""
-        vocab_size = len(self.vocab.token_bytes)
         num_streams = len(self.automata)
-        node = np.zeros((num_streams, vocab_size), dtype=np.int32)
-        symbols = np.zeros((num_streams, vocab_size), dtype=np.int32)
-        flags = np.zeros((num_streams, vocab_size), dtype=np.uint8)
-        pending_bytes = np.zeros(vocab_size, dtype=np.uint8)
+        node: list[list[int]] = [[] for _ in range(num_streams)]
+        symbols: list[list[int]] = [[] for _ in range(num_streams)]
+        flags: list[list[int]] = [[] for _ in range(num_streams)]
+        pending_bytes: list[int] = []
         hitting: list[int] = []
         feeds = [a.feed for a in self.automata]
+        local: list[tuple[int, int]] = []
         for token_id, data in enumerate(self.vocab.token_bytes):
-            if not data:
-                flags[:, token_id] = 4
-                continue
-            text, rest = _decode(b"", data)
-            pending_bytes[token_id] = len(rest)
+            try:
+                text, rest = data.decode("utf-8"), b""
+            except UnicodeDecodeError:
+                text, rest = _decode(b"", data)
+            pending_bytes.append(len(rest))
             any_hit = False
             for stream, feed in enumerate(feeds):
-                local: list[tuple[int, int]] = []
                 state, count = feed(START, text, local)
-                node[stream, token_id] = state.node
-                symbols[stream, token_id] = count
+                node[stream].append(state.node)
+                symbols[stream].append(count)
                 exact = not local and not state.pending
-                flags[stream, token_id] = state.prev_word | (state.prev_space << 1) | (exact << 2)
-                any_hit = any_hit or bool(local)
+                flags[stream].append(state.prev_word | (state.prev_space << 1) | (exact << 2))
+                if local:
+                    any_hit = True
+                    local.clear()
             if any_hit:
                 hitting.append(token_id)
         always = [t for t in hitting if self._hits_from_any_state(t)]
-        return RootSweep(node, symbols, flags, pending_bytes, np.asarray(always, dtype=np.int64))
+        return RootSweep(np.asarray(node, dtype=np.int32).reshape(num_streams, -1),
+                         np.asarray(symbols, dtype=np.int32).reshape(num_streams, -1),
+                         np.asarray(flags, dtype=np.uint8).reshape(num_streams, -1),
+                         np.asarray(pending_bytes, dtype=np.uint8), np.asarray(always, dtype=np.int64))
 
     def _hits_from_any_state(self, token_id: int) -> bool:
         """Whether the token's own bytes complete a term whatever precedes it.

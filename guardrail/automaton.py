@@ -186,10 +186,10 @@ class Automaton:
         """
         node, prev_word, prev_space, pending = state
         n = symbols_before
-        outputs = self.outputs
-        step = self.step
+        outputs, delta, step, fold = self.outputs, self._delta, self.step, self._fold
+        # The hot loop of the compiler's vocab sweep: DFA lookups inlined, method calls only on a miss.
         for char in text:
-            for c, word in self._fold.get(char) or self.fold(char):
+            for c, word in fold.get(char) or self.fold(char):
                 if c == " ":
                     if prev_space:
                         continue
@@ -198,11 +198,11 @@ class Automaton:
                     prev_space = False
                 if word != prev_word:
                     prev_word = word
-                    node = step(node, BOUNDARY)
+                    node = delta[node].get(BOUNDARY) or step(node, BOUNDARY)
                     n += 1
                     if outputs[node] or pending:
                         pending = self._emit(node, n, pending, hits)
-                node = step(node, c)
+                node = delta[node].get(c) or step(node, c)
                 n += 1
                 if outputs[node] or pending:
                     pending = self._emit(node, n, pending, hits)
