@@ -225,10 +225,13 @@ class TokenVocab:
             text, and a decoder should drop one leading space of a completion's first token. Gemma 3,
             SmolLM2, Llama 3 and Qwen do not; Llama 2 and Mistral v0.1 do.
 
-    The round-trip property holds for any text except (1) text containing the literal string of a
-    special token (it encodes to that token, which contributes nothing) and (2) for SentencePiece-style
-    tokenizers, text containing a literal ``▁`` (U+2581), which the tokenizer itself cannot tell from a
-    space.
+    The round-trip property holds for any text except where the tokenizer itself cannot spell it:
+    (1) the literal string of a special token (it encodes to that token, which contributes nothing);
+    (2) for SentencePiece-style tokenizers, a literal ``▁`` (U+2581), which they cannot tell from a
+    space; (3) bytes for which a byte-level vocab has no single-byte token: BPE drops them (SmolLM2
+    lacks 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xF1, 0xF2 and the bytes never valid in UTF-8, so
+    U+40000..U+BFFFF lose their lead byte). The model cannot emit such text either, so none of these
+    weakens the guarantee.
     """
 
     token_bytes: tuple[bytes, ...]
@@ -294,7 +297,9 @@ class TokenVocab:
         special = {i for i in tokenizer.all_special_ids if i is not None and 0 <= i < size}
         special |= {i for i, tok in added.items() if tok.special and 0 <= i < size}
         special |= {i for i, tok in enumerate(raw) if tok is None}  # holes in the id space
-        tokens = ["" if tok is None else tok for tok in raw]
+        # Added tokens are spelled below from their content; blank them here so that a literal added
+        # token outside the byte map cannot knock the byte-level table off its one-pass path.
+        tokens = ["" if tok is None or i in added else tok for i, tok in enumerate(raw)]
 
         if family is TokenizerFamily.BYTE_LEVEL:
             table = _byte_level_table(tokens)

@@ -22,6 +22,9 @@ from guardrail.vocab import TokenVocab  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
+# The service's server fixtures (`service`, `openai_client`), shared by the tests/test_service_*.py modules.
+pytest_plugins = ["test_service_server"]
+
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
@@ -47,6 +50,12 @@ def gemma3_vocab(gemma3_tokenizer):
 def smollm2_model():
     """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are marked ``@pytest.mark.slow``."""
     return load_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_model():
+    """Gemma 3 270M base, float32, eval mode (sliding-window layers: window 512). Tests using it are slow."""
+    return load_model("gemma3")
 
 
 @pytest.fixture(scope="session")

@@ -241,6 +241,14 @@ def test_more_than_one_replica_without_a_shared_store_is_refused(tools):
     assert "shared store" in render_error(tools, "autoscaling.enabled=true")
 
 
+def test_conflicting_store_settings_are_refused(tools):
+    assert "exclusive" in render_error(tools, "redis.enabled=true", "externalRedis.url=redis://shared:6379/0")
+    # The chart cannot add the URL to a Secret it does not own.
+    assert "externalRedis.existingSecret" in render_error(
+        tools, "auth.existingSecret=mine", "externalRedis.url=redis://shared:6379/0"
+    )
+
+
 # -- Redis ---------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,114 @@
+"""Model resolution and the tokenizer/model disk cache, on the real bundled gguf files."""
+
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from guardrail.models import cache_dir, load_model, load_tokenizer, resolve_model
+
+SAMPLES = [
+    "Hello, world!",
+    "  two leading spaces, trailing tab\t",
+    "naïve café — 你好世界 🙂 👩\u200d👩\u200d👧",
+    "line\n\nbreaks\r\nand <b>tags</b>",
+    "<start_of_turn>user\nhi<end_of_turn>",
+    "<|im_start|>assistant\nok<|im_end|>",
+]
+
+
+def test_unknown_model_is_named_in_the_error():
+    with pytest.raises(ValueError, match="'no-such-model'.*smollm2.*gemma3"):
+        resolve_model("no-such-model")
+
+
+def test_missing_gguf_file_is_named(tmp_path):
+    missing = tmp_path / "absent.gguf"
+    with pytest.raises(ValueError, match="absent.gguf"):
+        resolve_model(str(missing))
+
+
+def test_directory_without_config_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_bundled_models_resolve_to_gguf_files():
+    smollm2 = resolve_model("smollm2")
+    assert smollm2.path.is_file() and smollm2.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert smollm2.chat  # instruct model with a chat template
+    gemma3 = resolve_model("gemma3")
+    assert gemma3.path.is_file() and gemma3.path.parent == cache_dir() / "models"
+    assert not gemma3.chat  # base model: raw completion
+    local = resolve_model(str(smollm2.path))  # the same file given as a path
+    assert (local.directory, local.gguf_file, local.chat) == (smollm2.directory, smollm2.gguf_file, True)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(tmp_path))
+    assert cache_dir() == tmp_path
+
+
+def _assert_same_tokenizer(cached, reference):
+    for text in SAMPLES:
+        assert cached.encode(text, add_special_tokens=False) == reference.encode(text, add_special_tokens=False)
+        assert cached.encode(text) == reference.encode(text)  # same BOS handling
+    assert cached.all_special_ids == reference.all_special_ids
+    assert cached.eos_token_id == reference.eos_token_id
+    assert len(cached) == len(reference)
+    assert cached.chat_template == reference.chat_template
+
+
+def test_cached_smollm2_tokenizer_matches_the_gguf_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(tmp_path))
+    source = resolve_model("smollm2")
+
+    start = time.perf_counter()
+    first = load_tokenizer("smollm2")  # converts the gguf and writes the cache entry
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    cached = load_tokenizer("smollm2")
+    warm = time.perf_counter() - start
+
+    assert [p.name.split("-")[0] for p in (tmp_path / "tokenizers").iterdir()] == ["smollm2"]
+    reference = AutoTokenizer.from_pretrained(source.directory, gguf_file=source.gguf_file)
+    _assert_same_tokenizer(first, reference)
+    _assert_same_tokenizer(cached, reference)
+    messages = [{"role": "user", "content": "Hi"}]
+    assert cached.apply_chat_template(messages, tokenize=False) == reference.apply_chat_template(
+        messages, tokenize=False
+    )
+    # Loose on purpose (timings live in bench/): the conversion costs seconds, the reload a fraction.
+    assert warm < cold / 2, f"cached load {warm:.2f} s is not faster than converting {cold:.2f} s"
+
+
+@pytest.mark.slow
+def test_cached_gemma3_tokenizer_matches_the_gguf_one(gemma3_tokenizer):
+    source = resolve_model("gemma3")
+    reference = AutoTokenizer.from_pretrained(source.directory, gguf_file=source.gguf_file)
+    _assert_same_tokenizer(gemma3_tokenizer, reference)
+
+
+@pytest.mark.slow
+def test_model_loads_in_eval_mode_in_float32(smollm2_model):
+    assert not smollm2_model.training
+    assert smollm2_model.dtype == torch.float32
+    assert smollm2_model.config.vocab_size == 49152
+
+
+@pytest.mark.slow
+def test_cached_model_computes_the_same_logits_as_the_gguf(smollm2_model, smollm2_tokenizer):
+    source = resolve_model("smollm2")
+    reference = AutoModelForCausalLM.from_pretrained(
+        source.directory, gguf_file=source.gguf_file, dtype=torch.float32
+    ).eval()
+    ids = torch.tensor([smollm2_tokenizer.encode("The capital of France is")])
+    with torch.no_grad():
+        assert torch.equal(smollm2_model(ids).logits, reference(ids).logits)
+
+
+@pytest.mark.slow
+def test_load_model_honours_dtype():
+    model = load_model("smollm2", dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16 and not model.training
