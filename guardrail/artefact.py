@@ -280,9 +280,10 @@ class Artefact:
             if any_hit:
                 hitting.append(token_id)
         always = [t for t in hitting if self._hits_from_any_state(t)]
-        return RootSweep(np.asarray(node, dtype=np.int32).reshape(num_streams, -1),
-                         np.asarray(symbols, dtype=np.int32).reshape(num_streams, -1),
-                         np.asarray(flags, dtype=np.uint8).reshape(num_streams, -1),
+        shape = (num_streams, len(pending_bytes))
+        return RootSweep(np.asarray(node, dtype=np.int32).reshape(shape),
+                         np.asarray(symbols, dtype=np.int32).reshape(shape),
+                         np.asarray(flags, dtype=np.uint8).reshape(shape),
                          np.asarray(pending_bytes, dtype=np.uint8), np.asarray(always, dtype=np.int64))
 
     def _hits_from_any_state(self, token_id: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -36,7 +37,7 @@ def matches_any(presented: str, secrets: Sequence[SecretStr]) -> bool:
 
 
 def require_admin(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_admin_bearer)
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_admin_bearer)]
 ) -> str:
     """FastAPI dependency of every /admin route; returns the caller's token id.
 
@@ -61,7 +62,7 @@ def require_admin(
 
 
 def require_client(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_client_bearer)
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_client_bearer)]
 ) -> None:
     """FastAPI dependency of the /v1 routes: checks the API key when ``GUARDRAIL_API_KEYS`` is set.
 

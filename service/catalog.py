@@ -57,6 +57,7 @@ class WordListCatalog:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.healthy = False
+        self._known = False  # no refresh finished yet: the first result is not a change of health
         self.last_error: str | None = None
 
     # -- reading (lock-free: the dict is replaced, never mutated) -----------------------------------
@@ -126,7 +127,7 @@ class WordListCatalog:
                         log.info("seeded word lists", extra={"lists": created})
                 versions = self.store.versions()
                 lists = {n: s for n, s in self._lists.items() if versions.get(n) == s.version}
-                for name, version in versions.items():
+                for name in versions:
                     if name not in lists:
                         stored = self.store.get(name)
                         if stored is not None:
@@ -155,11 +156,13 @@ class WordListCatalog:
         self._lists = lists
 
     def _set_health(self, healthy: bool, error: str | None) -> None:
-        if healthy != self.healthy:
+        if healthy != self.healthy or not self._known:
             if healthy:
-                log.info("word-list store answers again", extra={"store": self.store.kind})
+                if self._known:
+                    log.info("word-list store answers again", extra={"store": self.store.kind})
             else:
                 log.warning("word-list store unavailable", extra={"store": self.store.kind, "error": error})
         self.healthy = healthy
+        self._known = True
         self.last_error = error
         self._metrics.set_redis_up(healthy)

@@ -83,22 +83,34 @@ def field_path(loc: Sequence[int | str]) -> str | None:
         source = parts.pop(0)
         if source == "header" and parts:
             return "-".join(word.capitalize() for word in str(parts[0]).replace("_", "-").split("-"))
-    # Pydantic appends the union member's type name to the location ("terms.0.str"); drop it.
-    parts = [p for p in parts if not (isinstance(p, str) and p in {"str", "TermSpec", "function-after"})]
+    # Inside a union, pydantic adds the member's tag to the location ("terms.0.constrained-str",
+    # "terms.0.TermIn.match"); field names are snake_case, so tags are recognisable.
+    parts = [p for p in parts if not (isinstance(p, str) and _is_union_tag(p))]
     return ".".join(str(p) for p in parts) or None
+
+
+_SCALAR_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+# Errors that only say "this union member does not fit": less telling than the member that nearly did.
+_MISMATCH_TYPES = frozenset({"string_type", "int_type", "float_type", "bool_type", "list_type", "dict_type",
+                             "model_type", "model_attributes_type", "none_required"})
+
+
+def _is_union_tag(part: str) -> bool:
+    return part in _SCALAR_TAGS or "-" in part or "[" in part or part[:1].isupper()
 
 
 def _validation_response(exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
-    first = errors[0] if errors else {}
+    shown = [e for e in errors if e.get("type") not in _MISMATCH_TYPES] or errors
+    first = shown[0] if shown else {}
     param = field_path(first.get("loc", ()))
     described = []
-    for err in errors[:5]:
+    for err in shown[:5]:
         where = field_path(err.get("loc", ()))
         described.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
     message = "Invalid request: " + "; ".join(described)
-    if len(errors) > 5:
-        message += f" (and {len(errors) - 5} more)"
+    if len(shown) > 5:
+        message += f" (and {len(shown) - 5} more)"
     return JSONResponse(error_body(message, status=422, param=param, code="invalid_value"), status_code=422)
 
 

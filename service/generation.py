@@ -9,28 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from guardrail.events import Finish, TextDelta, Usage
+from guardrail.prompts import prompt_ids
 from guardrail.sampling import SamplingParams
 from service.errors import ApiError, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
-from service.worker import GenerationFailed, GenerationRequest, Job, QueueFull
-
-log = logging.getLogger("guardrail.service.generation")
+from service.worker import ChoiceEvent, GenerationFailed, GenerationRejected, GenerationRequest, Job, QueueFull
 
 SSE_DONE = "data: [DONE]\n\n"
+T = TypeVar("T")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _DISCONNECT_POLL_S = 0.25
 
@@ -104,7 +103,6 @@ class Prepared:
     generation: GenerationRequest
     stream: bool
     include_usage: bool
-    list_versions: dict[str, int] = field(default_factory=dict)
 
 
 def _reject_unsupported(body: GenerationFields) -> None:
@@ -122,18 +120,32 @@ def _named_field(message: str) -> str | None:
     return head if head in SamplingParams.field_names() else None
 
 
-def prepare(runtime: Runtime, body: GenerationFields, prompt_ids: list[int], token_limit: int | None,
+def prompt_token_ids(runtime: Runtime, param: str, **prompt: Any) -> list[int]:
+    """``guardrail.prompts.prompt_ids`` for the served tokenizer (``prompt=`` text or ``messages=``).
+
+    Raises:
+        ApiError: 400 naming ``param`` (``messages``, ``prompt``) when the core rejects the prompt.
+    """
+    try:
+        return prompt_ids(runtime.tokenizer, **prompt)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param=param, code="invalid_value") from None
+
+
+def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
             log_fields: dict[str, object], prompt_param: str) -> Prepared:
     """Check a request against the server's limits and build the worker's request.
 
     Args:
-        prompt_ids: the tokenized prompt; ``prompt_param`` names the field it came from (errors).
+        prompt: the prompt's token ids; ``prompt_param`` names the field it came from (errors).
+        token_limit: the request's ``max_tokens`` (None: the server's default).
+        log_fields: structured-log fields of the generation.
 
     Raises:
         ApiError: 404 for an unknown ``model`` or word list, 400 naming the field for anything else.
     """
     settings = runtime.settings
-    if body.model not in runtime.model_ids:
+    if body.model != runtime.model_id:
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found")
     _reject_unsupported(body)
@@ -144,23 +156,23 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt_ids: list[int], tok
     if max_tokens > settings.max_tokens_limit:
         raise ApiError(400, f"max_tokens={max_tokens} exceeds this server's limit of {settings.max_tokens_limit}",
                        param="max_tokens", code="invalid_value")
-    if not prompt_ids:
+    if not prompt:
         raise ApiError(400, "the prompt is empty", param=prompt_param, code="invalid_value")
-    if len(prompt_ids) + max_tokens > runtime.context_length:
-        raise ApiError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+    if len(prompt) + max_tokens > runtime.context_length:
+        raise ApiError(400, f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
                        f"model's context of {runtime.context_length} tokens", param=prompt_param,
                        code="context_length_exceeded")
     stored = stored_lists(runtime, body.wordlists)
     own = request_list(runtime, body.request_terms())
     wordlists = tuple(s.wordlist for s in stored) + ((own,) if own is not None else ())
-    versions = {s.wordlist.name: s.version for s in stored}
     options: dict[str, Any] = {
         "max_tokens": max_tokens,
         "stop": body.stop_list(),
         "logit_bias": body.logit_bias or {},
         "watermark": body.watermark,
         "watermark_key": settings.watermark_key,
-        "max_rollbacks": settings.max_rollbacks,
+        "max_rollbacks": min(settings.max_rollbacks, body.max_rollbacks if body.max_rollbacks is not None
+                             else settings.max_rollbacks),
         "max_rollbacks_per_position": settings.max_rollbacks_per_position,
         "timeout_s": settings.request_timeout_s,
     }
@@ -173,13 +185,12 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt_ids: list[int], tok
         params.check_vocab(runtime.vocab_size)
     except ValueError as exc:  # the core's messages start with the field's name
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
-    fields = {**log_fields, "wordlists": sorted(versions), "request_terms": len(body.request_terms()),
-              "prompt_tokens": len(prompt_ids), "max_tokens": max_tokens}
+    fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored},
+              "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens}
     return Prepared(
-        GenerationRequest(prompt_ids, wordlists, params, body.n, fields),
+        GenerationRequest(prompt, wordlists, params, body.n, fields, settings.debug_log_prompts),
         stream=body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
-        list_versions=versions,
     )
 
 
@@ -192,44 +203,60 @@ def submit(runtime: Runtime, prepared: Prepared) -> Job:
                        code="queue_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
 
 
-async def _events_or_disconnect(job: Job, request: Request) -> list[Finish]:
-    """Collect a job's finishes; cancel it when the client goes away first."""
-    finishes: dict[int, Finish] = {}
-
-    async def collect() -> None:
-        async for item in job.events():
-            if isinstance(item.event, Finish):
-                finishes[item.index] = item.event
-
-    task = asyncio.create_task(collect())
+async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
+    """Await ``work``; if the client disconnects meanwhile, cancel the job (``work`` then ends soon, as
+    the job's events do)."""
+    task = asyncio.ensure_future(work)
     try:
         while not task.done():
             await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
-            if not task.done() and await request.is_disconnected():
+            if not task.done() and not job.cancel.is_set() and await request.is_disconnected():
                 job.cancel.set()
-        task.result()  # re-raises GenerationFailed
+        return task.result()
     finally:
-        job.cancel.set()  # a no-op once finished; stops the model if we are being torn down
-        if not task.done():
+        if not task.done():  # we are being torn down: stop the model, drop the waiter
+            job.cancel.set()
             task.cancel()
+
+
+async def _finishes(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[Finish]:
+    finishes: dict[int, Finish] = {}
+    async for item in _prepend(first, events):
+        if isinstance(item.event, Finish):
+            finishes[item.index] = item.event
     return [finishes[i] for i in sorted(finishes)]
 
 
 async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape: ResponseShape,
                   endpoint: str) -> Any:
-    """Run a prepared request and answer it (JSON body, or SSE when ``stream`` was asked)."""
-    started = time.perf_counter()
+    """Run a prepared request and answer it (JSON body, or SSE when ``stream`` was asked).
+
+    The response starts only once the generation has produced its first event, so that a request the
+    decoder refuses is still answered with a 4xx, not a stream.
+    """
+    started = getattr(request.state, "started_at", time.perf_counter())
     completion = Completion.new(shape.id_prefix, runtime.model_id)
     job = submit(runtime, prepared)
-    if prepared.stream:
-        stream = _sse(job, shape, completion, prepared, lambda: runtime.metrics.time_to_first_token.labels(
-            endpoint).observe(time.perf_counter() - started))
-        return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
+    events = job.events()
+    streaming = False
     try:
-        finishes = await _events_or_disconnect(job, request)
+        first = await _while_connected(anext(events, None), job, request)
+        if first is None:  # cancelled while queued: the client is gone, nobody reads this
+            raise ApiError(499, "client closed the request", code="cancelled")
+        if prepared.stream:
+            stream = _sse(first, events, shape, completion, prepared, lambda: runtime.metrics.time_to_first_token
+                          .labels(endpoint).observe(time.perf_counter() - started), job)
+            streaming = True
+            return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
+        finishes = await _while_connected(_finishes(first, events), job, request)
+    except GenerationRejected as exc:
+        raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
     except GenerationFailed as exc:
         raise ApiError(500, str(exc), code="generation_failed") from None
-    if len(finishes) < prepared.generation.n:  # cancelled: the client is gone, nobody reads this
+    finally:
+        if not streaming:
+            job.cancel.set()  # a no-op once finished; else nobody will read what the model makes
+    if len(finishes) < prepared.generation.n:  # cancelled midway
         raise ApiError(499, "client closed the request", code="cancelled")
     total = UsageTotal()
     for finish in finishes:
@@ -237,8 +264,15 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     return shape.body(completion, finishes, total.to_dict())
 
 
-async def _sse(job: Job, shape: ResponseShape, completion: Completion, prepared: Prepared,
-               first_text: Callable[[], None]) -> AsyncIterator[str]:
+async def _prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
+    yield first
+    async for item in rest:
+        yield item
+
+
+async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: ResponseShape,
+               completion: Completion, prepared: Prepared, first_text: Callable[[], None],
+               job: Job) -> AsyncIterator[str]:
     """The SSE body: chunks of released text, one finish chunk per choice, optional usage, [DONE].
 
     A failure after the stream started becomes an ``error`` event (OpenAI's error body) followed by
@@ -250,7 +284,7 @@ async def _sse(job: Job, shape: ResponseShape, completion: Completion, prepared:
     sent_text = False
     try:
         try:
-            async for item in job.events():
+            async for item in _prepend(first, events):
                 event, index = item.event, item.index
                 if index not in opened:
                     opened.add(index)
@@ -268,7 +302,7 @@ async def _sse(job: Job, shape: ResponseShape, completion: Completion, prepared:
                     yield sse_event(shape.finish_chunk(completion, index, event.reason))
             if prepared.include_usage:
                 yield sse_event(shape.usage_chunk(completion, total.to_dict()))
-        except GenerationFailed as exc:
+        except (GenerationFailed, GenerationRejected) as exc:
             yield sse_event(error_body(str(exc), status=500, code="generation_failed"))
         yield SSE_DONE
     finally:

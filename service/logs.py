@@ -13,7 +13,9 @@ import sys
 from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
-_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+# uvicorn adds "color_message" (its message with ANSI colours) to some records: noise in JSON.
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime", "taskName", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,6 +44,8 @@ def configure_logging(level: str = "INFO") -> None:
         logger = logging.getLogger(name)
         logger.handlers = [handler]
         logger.setLevel(level)
-        logger.propagate = False
+        # uvicorn's loggers stop here (its own config does the same); ours also reach the root logger,
+        # which has no handler in a server but lets pytest's log capture see them.
+        logger.propagate = name == "guardrail"
     # Our middleware writes the access log (with the route, not the raw path); uvicorn's would repeat it.
     logging.getLogger("uvicorn.access").disabled = True

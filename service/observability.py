@@ -12,6 +12,7 @@ import logging
 import re
 import time
 import uuid
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_body
@@ -51,7 +52,8 @@ class ObservabilityMiddleware:
         started = time.perf_counter()
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"], state["started_at"] = request_id, started  # started_at: TTFT's origin
         status = 500  # what an exception escaping the app becomes
 
         async def send_with_id(message: Message) -> None:

@@ -41,5 +41,10 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
     try:
         return wordlist_from_terms(to_terms(list(terms)), name="request")
     except WordListError as exc:
-        index = f".{exc.line - 1}" if exc.line else ""
-        raise ApiError(422, f"invalid term: {exc.reason}", param=f"{param}{index}", code="invalid_term") from None
+        raise invalid_term(exc, param) from None
+
+
+def invalid_term(exc: WordListError, param: str) -> ApiError:
+    """The 422 for a term the core refused; ``exc.line`` (1-based index) becomes ``param.<index>``."""
+    index = f".{exc.line - 1}" if exc.line else ""
+    return ApiError(422, f"invalid term: {exc.reason}", param=f"{param}{index}", code="invalid_term")

@@ -14,10 +14,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from transformers.utils import logging as transformers_logging
+
 from guardrail.artefact_cache import ArtefactCache
 from guardrail.decoder import StreamingDecoder
 from guardrail.events import Event
-from guardrail.models import load_model, load_tokenizer, resolve_model
+from guardrail.models import load_model, load_tokenizer
 from guardrail.sampling import SamplingParams
 from guardrail.textmatch import TextMatcher
 from guardrail.vocab import TokenVocab
@@ -44,8 +46,9 @@ def open_store(settings: Settings) -> WordListStore:
 
 
 def seed_lists(settings: Settings) -> list[WordList]:
-    """Lists seeded into an empty store: every bundled list, plus default-set entries that are
-    ``.txt`` files (``guardrail serve --wordlist my.txt``), named by their file stem."""
+    """Lists the store is seeded with (each only if its name was never used): every bundled list, plus
+    default-set entries that are ``.txt`` files (``guardrail serve --wordlist my.txt``), named by their
+    file stem."""
     lists = [bundled_wordlist(name) for name in bundled_names()]
     lists += [load_wordlist(name) for name in settings.wordlists if name.endswith(".txt")]
     return lists
@@ -57,7 +60,8 @@ def default_set(settings: Settings) -> list[str]:
 
 
 class Runtime:
-    """Everything a request needs; :meth:`open` loads the model (tens of seconds), :meth:`close` stops.
+    """Everything a request needs. Building one loads the model (seconds from the disk cache, minutes
+    on first use); :meth:`start` starts the background threads, :meth:`close` stops them.
 
     Raises:
         guardrail.wordlist.WordListError: a default-set ``.txt`` file is invalid.
@@ -69,19 +73,20 @@ class Runtime:
         self.metrics = metrics
         started = time.perf_counter()
         self.started_at = int(time.time())
-        self.model_id = settings.model
-        self.model_ids = {settings.model, str(resolve_model(settings.model))}
+        self.model_id = settings.model  # what /v1/models lists and requests must name
+        transformers_logging.disable_progress_bar()  # stderr carries JSON lines only
         self.tokenizer = load_tokenizer(settings.model)
         self.model = load_model(settings.model)
         self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
         self.vocab_size = len(self.vocab.token_bytes)
+        self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
         self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab)
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
             redis_url=settings.redis_url,
             cache_dir=settings.cache_dir,
-            key_prefix=f"guardrail:{settings.redis_prefix}",
+            key_prefix=settings.redis_prefix,
             on_lookup=lambda layer: metrics.artefact_cache_lookups.labels(layer).inc(),
             on_compile=metrics.compile_duration.observe,
         )
@@ -95,8 +100,18 @@ class Runtime:
         self._matchers_lock = threading.Lock()
 
     def start(self) -> None:
-        """Load the word lists, start the worker, and compile the default set's artefact in the background."""
+        """Load the word lists, start the worker, and compile the default set's artefact in the background.
+
+        Raises:
+            ValueError: the default set names a list the store does not have (a typo in
+                ``GUARDRAIL_WORDLISTS`` would otherwise fail every request that names no lists).
+        """
         self.catalog.start()
+        missing = [name for name in self.default_wordlists if self.catalog.get(name) is None]
+        if missing:
+            self.catalog.stop()
+            raise ValueError(f"GUARDRAIL_WORDLISTS names unknown word lists {missing}; known: "
+                             f"{', '.join(self.catalog.names())}")
         self.worker.start()
         threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
 
@@ -107,8 +122,8 @@ class Runtime:
 
     def _stream(self, prompt_ids: Sequence[int], wordlists: tuple[WordList, ...], params: SamplingParams,
                 cancel: threading.Event) -> Iterator[Event]:
-        """The decoder stream of one choice (runs on a worker thread)."""
-        artefact, _ = self.artefacts.get(self.vocab, wordlists)
+        """The decoder stream of one choice (runs on a worker thread); no lists = no guard."""
+        artefact = self.artefacts.get(self.vocab, wordlists)[0] if wordlists else None
         return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:

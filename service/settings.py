@@ -15,7 +15,9 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from guardrail.models import cache_dir
 from guardrail.watermark import DEFAULT_HASHING_KEY
+from guardrail.wordlist import MAX_TERMS
 
 
 def _split_csv(value: object) -> object:
@@ -47,11 +49,14 @@ class Settings(BaseSettings):
     # -- storage ----------------------------------------------------------------------------------
     redis_url: str | None = Field(None, description="redis://… ; unset = embedded store under data_dir.")
     redis_prefix: str = Field(
-        "", description="Extra key prefix after 'guardrail:' (tests and shared Redis instances)."
+        "guardrail:", min_length=1, description="Namespace of every Redis key and channel (tests use their own)."
     )
     redis_timeout_s: float = Field(0.5, gt=0, description="Socket timeout of Redis calls, seconds.")
-    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("guardrail")))
-    cache_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_cache_dir("guardrail")))
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("guardrail")),
+        description="Files of the embedded store (word lists, audit log).",
+    )
+    cache_dir: Path = Field(default_factory=cache_dir, description="Compiled artefacts and converted models.")
     version_poll_interval_s: float = Field(
         1.0, gt=0, description="How often the word-list versions are re-read from the store, seconds."
     )
@@ -74,8 +79,9 @@ class Settings(BaseSettings):
     max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask for.")
     max_n: int = Field(4, ge=1, description="Largest n (choices, generated one after another).")
     max_request_terms: int = Field(1000, ge=0, description="banned_terms + bad_words + banned_strings.")
-    max_list_terms: int = Field(100_000, ge=1, description="Terms in one stored word list (413 beyond).")
-    max_term_length: int = Field(256, ge=1, description="Characters in one term.")
+    max_list_terms: int = Field(
+        MAX_TERMS, ge=1, le=MAX_TERMS, description="Terms + allow-terms in one stored list (413 beyond)."
+    )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
     max_rollbacks: int = Field(64, ge=0, description="Rollback budget of one generation.")
     max_rollbacks_per_position: int = Field(8, ge=0, description="Rollback budget at one position.")

@@ -4,13 +4,15 @@ The event loop never runs the model. A route turns a request into a :class:`Gene
 :meth:`GenerationWorker.submit` admits it (or raises :class:`QueueFull`, answered 429) and returns a
 :class:`Job`, whose :meth:`Job.events` async iterator yields the decoder's events as the worker thread
 produces them. Setting ``job.cancel`` (the client went away) stops the decoder at its next step.
-Every job ends: with its events, a :class:`GenerationFailed` (the decoder raised, or produced nothing
+Every job ends: with its events, a :class:`GenerationRejected` (the decoder refused the parameters
+before any work: a client error), a :class:`GenerationFailed` (the decoder raised, or produced nothing
 for longer than the request's time limit), or silently after a cancel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
@@ -43,6 +45,10 @@ class GenerationFailed(Exception):
     """The generation stopped with an error; the message is safe to show to the client."""
 
 
+class GenerationRejected(Exception):
+    """The decoder refused the request's parameters (its ``ValueError``, naming the field)."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """What the worker needs to run one request.
@@ -53,6 +59,7 @@ class GenerationRequest:
         params: sampling parameters; with ``n > 1`` choice ``i`` uses ``seed + i`` when a seed is set.
         n: number of choices, generated one after another.
         log_fields: extra structured-log fields (never prompt text unless the debug flag allows it).
+        log_text: also log the completions' text (``GUARDRAIL_DEBUG_LOG_PROMPTS``).
     """
 
     prompt_ids: Sequence[int]
@@ -60,6 +67,7 @@ class GenerationRequest:
     params: SamplingParams
     n: int = 1
     log_fields: dict[str, object] = field(default_factory=dict)
+    log_text: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class ChoiceEvent:
 @dataclass(frozen=True)
 class _End:
     error: str | None = None
+    rejected: bool = False
 
 
 class Job:
@@ -98,6 +107,7 @@ class Job:
         """The job's events in order; returns after the last one (or a cancel).
 
         Raises:
+            GenerationRejected: the decoder refused the parameters (before any output).
             GenerationFailed: the decoder raised, or the worker sent nothing for the request's time
                 limit plus a grace period (a stuck worker never hangs the client).
         """
@@ -110,6 +120,8 @@ class Job:
                 self.cancel.set()
                 raise GenerationFailed("the generation produced nothing within its time limit") from None
             if isinstance(item, _End):
+                if item.rejected:
+                    raise GenerationRejected(item.error)
                 if item.error is not None:
                     raise GenerationFailed(item.error)
                 return
@@ -209,33 +221,56 @@ class GenerationWorker:
         started = time.perf_counter()
         fields = {"queued_s": round(started - job.enqueued_at, 4), "n": request.n, **request.log_fields}
         cancelled = queued_cancel = job.cancel.is_set()  # the client left while the job waited
+        finishes: list[Finish] = []
         try:
             for index in range(request.n):
                 if cancelled:
                     break
-                params = request.params
-                if request.n > 1 and params.seed is not None:
-                    params = replace(params, seed=params.seed + index)
-                for event in self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel):
-                    self._record(event)
-                    if isinstance(event, Finish) and event.reason == "cancelled":
-                        cancelled = True  # the decoder saw job.cancel; nobody reads this choice
-                    else:
-                        job.emit(ChoiceEvent(index, event))
+                finish = self._run_choice(job, index, fields)
+                if finish is None:  # rejected: the job has ended
+                    return
+                finishes.append(finish)
+                cancelled = finish.reason == "cancelled"
         except Exception as exc:  # noqa: BLE001 - any failure must end the job, never hang it
             self._metrics.finishes.labels("error").inc()
             log.exception("generation failed", extra={**fields, "error_class": type(exc).__name__})
             job.emit(_End(error=f"generation failed ({type(exc).__name__})"))
             return
-        seconds = round(time.perf_counter() - started, 4)
+        fields.update(seconds=round(time.perf_counter() - started, 4),
+                      finish_reasons=[f.reason for f in finishes],
+                      completion_tokens=sum(f.usage.completion_tokens for f in finishes),
+                      rollbacks=sum(f.usage.rollbacks for f in finishes))
+        if request.log_text:
+            fields["completions"] = [f.text for f in finishes]
         if cancelled:
             self._metrics.generations_cancelled.inc()
             if queued_cancel:  # no decoder ran, so no Finish(cancelled) was counted
                 self._metrics.finishes.labels("cancelled").inc()
-            log.info("generation cancelled", extra={**fields, "seconds": seconds})
-        else:
-            log.info("generation finished", extra={**fields, "seconds": seconds})
+        log.info("generation cancelled" if cancelled else "generation finished", extra=fields)
         job.emit(_End())
+
+    def _run_choice(self, job: Job, index: int, fields: dict[str, object]) -> Finish | None:
+        """Decode choice ``index``, handing its events to the route; returns its Finish, or None when
+        the decoder refused the parameters (the job is then ended with a rejection)."""
+        request = job.request
+        params = request.params
+        if request.n > 1 and params.seed is not None:
+            params = replace(params, seed=params.seed + index)
+        try:
+            stream = self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel)
+            first = next(stream, None)
+        except ValueError as exc:  # the decoder validates its arguments before any model work
+            log.info("generation rejected", extra={**fields, "error_class": type(exc).__name__})
+            job.emit(_End(error=str(exc), rejected=True))
+            return None
+        for event in itertools.chain([first] if first is not None else [], stream):
+            self._record(event)
+            if isinstance(event, Finish):
+                if event.reason != "cancelled":  # after a cancel nobody reads the choice
+                    job.emit(ChoiceEvent(index, event))
+                return event
+            job.emit(ChoiceEvent(index, event))
+        raise RuntimeError("the decoder stream ended without a Finish event")
 
     def _record(self, event: Event) -> None:
         metrics = self._metrics

@@ -97,3 +97,13 @@ def test_term_that_normalises_to_nothing_fails_compile_and_caches_nothing(tmp_pa
     with pytest.raises(WordListError):
         parse_wordlist("\u200b!\n", "zw2")
     assert len(list((tmp_path / "artefacts").iterdir())) == 1
+
+
+def test_no_terms_compiles_to_an_artefact_that_never_matches(tmp_path, smollm2_vocab, smollm2_tokenizer):
+    cache = ArtefactCache(None, tmp_path)
+    artefact, _ = cache.get(smollm2_vocab, [])
+    matcher = TokenMatcher(artefact)
+    ids = smollm2_tokenizer.encode("anything at all", add_special_tokens=False)
+    assert [matcher.push(t) for t in ids] == [None] * len(ids) and matcher.finish() is None
+    assert matcher.releasable() == len(ids)
+    assert ArtefactCache(None, tmp_path).get(smollm2_vocab, [])[1] == "disk"

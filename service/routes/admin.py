@@ -10,17 +10,17 @@ keeps serving.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
-from guardrail.wordlist import WordList, WordListError, wordlist_from_terms
+from guardrail.wordlist import WordList, WordListError, parse_wordlist, wordlist_from_terms
 from service.auth import require_admin
 from service.deps import RuntimeDep
 from service.errors import ApiError
+from service.request_lists import invalid_term
 from service.runtime import Runtime
 from service.schemas.terms import to_terms
 from service.schemas.wordlists import (
@@ -95,17 +95,15 @@ def _precondition(if_match: str | None, if_none_match: str | None) -> Preconditi
         raise ApiError(400, str(exc), param="If-Match", code="invalid_value") from None
 
 
-def _check_allow(allow: list[str]) -> tuple[str, ...]:
-    """Allow-terms are stored one per line: no line breaks or control characters, some letter or digit."""
-    cleaned = []
+def _allow_terms(name: str, allow: list[str]) -> tuple[str, ...]:
+    """Allow-terms validated by the core's word-list parser (one ``!term`` line each)."""
     for index, text in enumerate(allow):
-        text = text.strip()
-        bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") and c != "\t"), None)
-        if not any(c.isalnum() for c in text) or bad is not None:
-            reason = f"contains the control character U+{ord(bad):04X}" if bad else "has no letter or digit"
-            raise ApiError(422, f"allow-term {text!r} {reason}", param=f"allow.{index}", code="invalid_term")
-        cleaned.append(text)
-    return tuple(dict.fromkeys(cleaned))
+        if "\n" in text:  # would split into two lines, i.e. two allow-terms
+            raise ApiError(422, "allow-term contains a line break", param=f"allow.{index}", code="invalid_term")
+    try:
+        return parse_wordlist("\n".join("!" + text for text in allow), name, source="<request>").allow
+    except WordListError as exc:
+        raise invalid_term(exc, "allow") from None
 
 
 def _build(name: str, body: WordListIn, limit: int) -> WordList:
@@ -115,9 +113,8 @@ def _build(name: str, body: WordListIn, limit: int) -> WordList:
     try:
         terms = wordlist_from_terms(to_terms(body.terms), name=name).terms
     except WordListError as exc:
-        index = f".{exc.line - 1}" if exc.line else ""
-        raise ApiError(422, f"invalid term: {exc.reason}", param=f"terms{index}", code="invalid_term") from None
-    return WordList(name, terms, _check_allow(body.allow))
+        raise invalid_term(exc, "terms") from None
+    return WordList(name, terms, _allow_terms(name, body.allow))
 
 
 def _summary(runtime: Runtime, stored: StoredWordList) -> WordListSummary:
@@ -180,8 +177,7 @@ def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runti
     try:
         add = wordlist_from_terms(to_terms(body.add), name=name).terms if body.add else ()
     except WordListError as exc:
-        index = f".{exc.line - 1}" if exc.line else ""
-        raise ApiError(422, f"invalid term: {exc.reason}", param=f"add{index}", code="invalid_term") from None
+        raise invalid_term(exc, "add") from None
 
     def compute(current: StoredWordList | None) -> Change:
         if current is None:

@@ -11,7 +11,7 @@ from guardrail.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import Completion, prepare, respond
+from service.generation import Completion, prepare, prompt_token_ids, respond
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -68,8 +68,9 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     _reject_unsupported(body)
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    prompt_ids = runtime.chat_prompt_ids(messages)
+    # "developer" is OpenAI's newer name for the system role.
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+    prompt_ids = prompt_token_ids(runtime, "messages", messages=messages)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages

@@ -11,7 +11,7 @@ from guardrail.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import Completion, prepare, respond
+from service.generation import Completion, prepare, prompt_token_ids, respond
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -77,7 +77,7 @@ async def create_completion(body: CompletionRequest, request: Request,
         prompt_ids = list(prompt)
     else:
         text = prompt[0] if isinstance(prompt, list) else prompt
-        prompt_ids = runtime.text_prompt_ids(text)
+        prompt_ids = prompt_token_ids(runtime, "prompt", prompt=text)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = prompt

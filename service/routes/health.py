@@ -16,13 +16,14 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: 200 ready, 503 degraded (body says what)",
-            responses={503: {"description": "Degraded: the word-list store does not answer."}})
+@router.get("/readyz", summary="Readiness: 200 ready or degraded (body says which and why)")
 def readyz(runtime: RuntimeDep) -> JSONResponse:
     """Ready when the model is loaded and the word-list store answers.
 
-    A replica whose Redis is down still generates from its in-memory copy of the lists, but reports
-    503 so that an operator (or a load balancer) sees it; ``checks.store`` says why.
+    A replica whose Redis is down still generates from its in-memory copy of the lists, so it stays in
+    service (200) and reports ``"status": "degraded"``; ``checks.store`` says why. Answering 503 would
+    take every replica out of the load balancer at once during a Redis outage. The
+    ``guardrail_redis_up`` metric and its alert carry the outage to operators.
     """
     catalog = runtime.catalog
     store = {"kind": runtime.store.kind, "up": catalog.healthy}
@@ -37,7 +38,7 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
         },
         "wordlists": {name: runtime.catalog.get(name).version for name in runtime.catalog.names()},
     }
-    return JSONResponse(body, status_code=200 if catalog.healthy else 503)
+    return JSONResponse(body)
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)",

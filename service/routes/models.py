@@ -33,6 +33,6 @@ def list_models(runtime: RuntimeDep) -> ModelList:
 
 @router.get("/models/{model}", response_model=ModelCard)
 def get_model(model: str, runtime: RuntimeDep) -> ModelCard:
-    if model not in runtime.model_ids:
+    if model != runtime.model_id:
         raise ApiError(404, f"model {model!r} is not served here", param="model", code="model_not_found")
     return ModelCard(id=runtime.model_id, created=runtime.started_at)

@@ -3,8 +3,8 @@
 Standard fields follow OpenAI's API reference; fields OpenAI has and this service cannot honour
 (``tools``, ``logprobs``, non-zero ``presence_penalty`` …) are rejected with a 400 naming them rather than
 ignored. Extensions: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
-``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, plus vLLM's ``top_k``, ``min_p`` and
-``repetition_penalty``. Unknown fields are ignored, as OpenAI-compatible servers commonly do.
+``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, plus vLLM's ``top_k``,
+``min_p`` and ``repetition_penalty``. Unknown fields are ignored, as OpenAI-compatible servers commonly do.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.terms import TermItem, TermText
 
-Role = Literal["system", "developer", "user", "assistant", "tool"]
+Role = Literal["system", "developer", "user", "assistant"]
 
 
 class StreamOptions(BaseModel):
@@ -55,6 +55,9 @@ class GenerationFields(BaseModel):
     bad_words: list[TermText] | None = Field(None, description="vLLM's name for banned_terms (strings).")
     banned_strings: list[TermText] | None = Field(None, description="TabbyAPI's name for banned_terms.")
     watermark: bool = Field(False, description="Add a green-list watermark (POST /v1/watermark/detect).")
+    max_rollbacks: int | None = Field(
+        None, ge=0, description="Rollback budget of this request (at most the server's); when spent the "
+        "answer ends before the term with finish_reason content_filter.")
 
     def request_terms(self) -> list[TermItem]:
         return [*(self.banned_terms or []), *(self.bad_words or []), *(self.banned_strings or [])]

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.wordlist import MatchMode, Term, default_match_mode
+from guardrail.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode
 
-# Pydantic checks the length; the core (wordlist_from_terms) checks the rest and names the term.
-MAX_TERM_CHARS = 256
+# Pydantic checks the length (so the schema documents it); the core (wordlist_from_terms) checks the
+# rest and names the term.
 
 
 class TermIn(BaseModel):

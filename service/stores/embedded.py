@@ -8,7 +8,8 @@ Layout (all UTF-8)::
 
 Every file is replaced atomically (write a temporary file in the same directory, fsync, ``os.replace``),
 so a crash leaves either the old or the new version. A new version goes to a new file and the index,
-written last, is the commit point: a list file the index does not name is ignored (and removed). One process per data directory (no cross-process locking).
+written last, is the commit point: a list file the index does not name is removed on load.
+One process per data directory (no cross-process locking).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Redis word-list store, shared by replicas.
 
-Keys (``ns`` = ``"guardrail:" + GUARDRAIL_REDIS_PREFIX``)::
+Keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``, default ``"guardrail:"``)::
 
     {ns}wordlist:{name}           hash: version, updated_at, body (word-list text format)
     {ns}wordlist-version:{name}   last version ever given to the name (kept after a delete)
@@ -44,7 +44,7 @@ class RedisStore:
 
     Args:
         url: ``redis://host:port/db``.
-        prefix: appended to ``"guardrail:"`` in every key and the channel name (test isolation).
+        namespace: prefix of every key and of the channel name (``"guardrail:"``; tests use their own).
         timeout_s: socket connect/read timeout, seconds; a Redis that does not answer within it
             counts as down (so a dead Redis never stalls a request for long).
         audit_max_records: audit records kept.
@@ -55,8 +55,9 @@ class RedisStore:
 
     kind = "redis"
 
-    def __init__(self, url: str, prefix: str = "", timeout_s: float = 0.5, audit_max_records: int = 10_000) -> None:
-        self.namespace = f"guardrail:{prefix}"
+    def __init__(self, url: str, namespace: str = "guardrail:", timeout_s: float = 0.5,
+                 audit_max_records: int = 10_000) -> None:
+        self.namespace = namespace
         self._redis = redis.Redis.from_url(
             url,
             socket_timeout=timeout_s,

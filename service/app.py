@@ -1,0 +1,62 @@
+"""The FastAPI application factory: ``uvicorn --factory service.app:create_app`` or ``guardrail serve``.
+
+``create_app`` only wires routes, middleware and error handlers; the lifespan loads the model, opens the
+word-list store and starts the worker (:class:`~service.runtime.Runtime`), off the event loop, and
+stops them on shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+import guardrail
+from service.errors import install_error_handlers
+from service.logs import configure_logging
+from service.metrics import ServiceMetrics
+from service.observability import BodyLimitMiddleware, ObservabilityMiddleware
+from service.routes import admin, chat, check, completions, health, models, watermark
+from service.settings import Settings
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    from service.runtime import Runtime  # imports torch/transformers: only when the app starts
+
+    settings: Settings = app.state.settings
+    configure_logging(settings.log_level)  # on start, not in create_app: building an app has no side effects
+    runtime = await run_in_threadpool(Runtime, settings, app.state.metrics)
+    await run_in_threadpool(runtime.start)
+    app.state.runtime = runtime
+    try:
+        yield
+    finally:
+        await run_in_threadpool(runtime.close)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app. ``settings`` default to the ``GUARDRAIL_*`` environment.
+
+    Raises:
+        pydantic.ValidationError: an environment variable holds an invalid value (names it).
+    """
+    settings = settings if settings is not None else Settings()
+    app = FastAPI(
+        title="guardrail",
+        version=guardrail.__version__,
+        summary="OpenAI-compatible generation that never emits a banned term.",
+        lifespan=_lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None)
+    install_error_handlers(app)
+    for router in (chat.router, completions.router, models.router, check.router, watermark.router,
+                   admin.router, health.router):
+        app.include_router(router)
+    # Added last = outermost: the body limit answers before anything reads the body.
+    app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,57 @@
+"""``guardrail serve``: run the HTTP service with uvicorn.
+
+Flags override the ``GUARDRAIL_*`` environment; everything else (Redis, tokens, limits) is configured
+through the environment (docs/service.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from guardrail.wordlist_selection import split_names
+
+
+def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``serve`` on the ``guardrail`` parser's subparsers."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the OpenAI-compatible HTTP service",
+        description="Run the OpenAI-compatible HTTP service (docs/service.md). Without GUARDRAIL_REDIS_URL "
+        "the word lists live in the embedded store under GUARDRAIL_DATA_DIR.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    serve.add_argument("--model", default=None, help="smollm2 | gemma3 | local HF dir | .gguf path "
+                       "(default: GUARDRAIL_MODEL, else smollm2)")
+    serve.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
+                       help="default word lists: stored names or .txt files (default: GUARDRAIL_WORDLISTS, else en)")
+    serve.add_argument("--redis-url", default=None, help="share lists and artefacts through Redis "
+                       "(default: GUARDRAIL_REDIS_URL; unset = embedded store)")
+    serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR")
+    serve.set_defaults(handler=run_serve)
+    return serve
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Build the settings (flags over environment) and serve until interrupted."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.logs import configure_logging
+    from service.settings import Settings
+
+    overrides: dict[str, object] = {}
+    if args.model is not None:
+        overrides["model"] = args.model
+    if args.wordlist is not None:
+        overrides["wordlists"] = split_names(args.wordlist)
+    if args.redis_url is not None:
+        overrides["redis_url"] = args.redis_url
+    if args.log_level is not None:
+        overrides["log_level"] = args.log_level
+    settings = Settings(**overrides)
+    configure_logging(settings.log_level)  # before uvicorn's first lines
+    app = create_app(settings)
+    # log_config=None keeps the JSON logging create_app configured; our middleware writes the access log.
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    return 0

@@ -1,0 +1,35 @@
+"""``POST /v1/check``: scan a text (e.g. a user's prompt) against word lists; matches with spans."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from guardrail.textmatch import TextMatcher
+from service.auth import require_client
+from service.deps import RuntimeDep
+from service.request_lists import request_list, stored_lists
+from service.schemas.check import CheckMatch, CheckRequest, CheckResponse, ListVersion
+
+router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_client)])
+
+
+@router.post("/check", response_model=CheckResponse, summary="Scan a text for banned terms",
+             responses={404: {"description": "Unknown word list."}})
+def check(body: CheckRequest, runtime: RuntimeDep) -> CheckResponse:
+    """Every occurrence of a term of the chosen lists (and of ``banned_terms``), overlapping ones too.
+
+    Spans index ``text`` in code points (``text[start:end]``), under the matching contract of
+    docs/wordlists.md (NFKC, case folding, whitespace runs, match modes).
+    """
+    stored = stored_lists(runtime, body.wordlists)
+    found = runtime.text_matcher(stored).scan(body.text) if stored else []
+    own = request_list(runtime, body.request_terms())
+    if own is not None:
+        found += TextMatcher([own]).scan(body.text)
+    matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
+               for m in sorted(found, key=lambda m: (m.start, m.end, m.list_name))]
+    return CheckResponse(
+        flagged=bool(matches),
+        matches=matches,
+        wordlists=[ListVersion(name=s.wordlist.name, version=s.version) for s in stored],
+    )

@@ -1,0 +1,1 @@
+"""Pydantic request and response bodies of the HTTP API."""

@@ -1,0 +1,1 @@
+"""Where word lists live: the embedded store (files) or Redis."""

@@ -1,0 +1,168 @@
+"""The admin API: credentials, optimistic concurrency, limits, audit, and changes that take effect
+without a restart, on this replica at once and on another replica sharing Redis within seconds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+from test_service_server import ADMIN_TOKEN, CLIENT_KEY, start_service_process, wait_until
+
+from service.auth import token_id
+
+pytestmark = pytest.mark.slow
+
+
+def unique_name() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def check(server, text: str, **body) -> dict:
+    response = server.post("/v1/check", json={"text": text, **body}, headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_admin_needs_the_bearer_token(service):
+    missing = httpx.put(f"{service.base_url}/admin/wordlists/x", json={"terms": ["a1"]})
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"] == "Bearer"
+    assert missing.json()["error"]["type"] == "authentication_error"
+    wrong = service.admin("GET", "/admin/wordlists", token="not-the-token")
+    assert wrong.status_code == 403
+    assert wrong.json()["error"]["code"] == "invalid_token"
+    client_key = service.admin("GET", "/admin/wordlists", token=CLIENT_KEY)
+    assert client_key.status_code == 403  # a client key is not an admin credential
+
+
+def test_put_creates_then_replaces_with_versions_and_etags(service):
+    name = unique_name()
+    created = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["kumquat"]})
+    assert created.status_code == 201, created.text
+    assert created.headers["ETag"] == '"v1"' and created.json()["terms"] == 1
+    replaced = service.admin("PUT", f"/admin/wordlists/{name}", json={
+        "terms": ["kumquat", {"text": "Durian", "match": "prefix", "case_sensitive": True}], "allow": ["kumquats"]})
+    assert replaced.status_code == 200 and replaced.headers["ETag"] == '"v2"'
+    read = service.admin("GET", f"/admin/wordlists/{name}")
+    assert read.headers["ETag"] == '"v2"'
+    assert read.json()["terms"] == [
+        {"text": "kumquat", "match": "word", "case_sensitive": False},
+        {"text": "Durian", "match": "prefix", "case_sensitive": True},
+    ]
+    assert read.json()["allow"] == ["kumquats"]
+    listed = {w["name"]: w for w in service.admin("GET", "/admin/wordlists").json()["data"]}
+    assert listed[name]["version"] == 2 and listed["en"]["default"] is True
+
+
+def test_a_stale_if_match_is_refused_with_412_and_the_list_is_unchanged(service):
+    name = unique_name()
+    etag = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["fig"]}).headers["ETag"]
+    assert service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["date"]},
+                         headers={"If-Match": etag}).status_code == 200
+    stale = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["lime"]}, headers={"If-Match": etag})
+    assert stale.status_code == 412
+    assert stale.headers["ETag"] == '"v2"'
+    assert stale.json()["error"]["param"] == "If-Match"
+    stale_patch = service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["lime"]}, headers={"If-Match": etag})
+    assert stale_patch.status_code == 412
+    assert [t["text"] for t in service.admin("GET", f"/admin/wordlists/{name}").json()["terms"]] == ["date"]
+    exists = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["lime"]}, headers={"If-None-Match": "*"})
+    assert exists.status_code == 412
+
+
+def test_an_oversized_list_is_refused_with_413(service):
+    name = unique_name()
+    limit = service.runtime.settings.max_list_terms
+    too_many = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": [f"w{i}" for i in range(limit + 1)]})
+    assert too_many.status_code == 413, too_many.text[:300]
+    assert too_many.json()["error"]["param"] == "terms"
+    assert service.admin("GET", f"/admin/wordlists/{name}").status_code == 404
+    huge_body = b'{"terms": ["' + b"x" * (service.runtime.settings.max_body_bytes + 1) + b'"]}'
+    too_big = service.admin("PUT", f"/admin/wordlists/{name}", content=huge_body,
+                            headers={"Content-Type": "application/json"})
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "request_too_large"
+
+
+def test_invalid_terms_and_names_are_422_naming_the_field(service):
+    long_term = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok", "x" * 257]})
+    assert (long_term.status_code, long_term.json()["error"]["param"]) == (422, "terms.1")
+    no_letters = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok", "!!!"]})
+    assert (no_letters.status_code, no_letters.json()["error"]["param"]) == (422, "terms.1")
+    bad_allow = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok"], "allow": ["a\nb"]})
+    assert (bad_allow.status_code, bad_allow.json()["error"]["param"]) == (422, "allow.0")
+    bad_name = service.admin("PUT", "/admin/wordlists/..secret", json={"terms": ["ok"]})
+    assert (bad_name.status_code, bad_name.json()["error"]["param"]) == (422, "name")
+
+
+def test_patch_adds_and_removes_terms_and_delete_removes_the_list(service):
+    name = unique_name()
+    service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["apple", "pear"]})
+    patched = service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["plum"], "remove": ["APPLE"]})
+    assert patched.status_code == 200 and patched.headers["ETag"] == '"v2"'
+    assert [t["text"] for t in service.admin("GET", f"/admin/wordlists/{name}").json()["terms"]] == ["pear", "plum"]
+    assert check(service, "a plum", wordlists=[name])["flagged"] is True
+    assert service.admin("DELETE", f"/admin/wordlists/{name}").status_code == 204
+    assert service.admin("GET", f"/admin/wordlists/{name}").status_code == 404
+    assert service.admin("DELETE", f"/admin/wordlists/{name}").status_code == 404
+    gone = service.post("/v1/check", json={"text": "a plum", "wordlists": [name]},
+                        headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    assert (gone.status_code, gone.json()["error"]["param"]) == (404, "wordlists")
+
+
+def test_a_list_of_the_default_set_cannot_be_deleted(service):
+    refused = service.admin("DELETE", "/admin/wordlists/en")
+    assert refused.status_code == 409
+    assert "GUARDRAIL_WORDLISTS" in refused.json()["error"]["message"]
+
+
+def test_every_change_is_in_the_audit_log_with_the_token_id(service):
+    name = unique_name()
+    service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["a1", "b2"]})
+    service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["c3"], "remove": ["a1"]})
+    service.admin("DELETE", f"/admin/wordlists/{name}")
+    records = [r for r in service.admin("GET", "/admin/audit?limit=1000").json()["data"] if r["list"] == name]
+    assert [(r["action"], r["version"], r["added"], r["removed"]) for r in records] == [
+        ("delete", 3, 0, 2), ("update", 2, 1, 1), ("create", 1, 2, 0)]
+    assert {r["token_id"] for r in records} == {token_id(ADMIN_TOKEN)}
+    assert ADMIN_TOKEN not in str(records)
+
+
+def test_after_a_put_the_next_chat_enforces_the_new_list_without_restart(service):
+    before = service.chat().json()["choices"][0]["message"]["content"]
+    assert "Paris" in before
+    english = service.admin("GET", "/admin/wordlists/en")
+    terms, allow, etag = english.json()["terms"], english.json()["allow"], english.headers["ETag"]
+    put = service.admin("PUT", "/admin/wordlists/en", json={"terms": [*terms, "Paris"], "allow": allow},
+                        headers={"If-Match": etag})
+    assert put.status_code == 200, put.text
+    try:
+        after = service.chat().json()  # the default set, now with the new version of "en"
+        assert "paris" not in after["choices"][0]["message"]["content"].lower()
+        assert after["usage"]["rollbacks"] >= 1
+    finally:
+        service.admin("PUT", "/admin/wordlists/en", json={"terms": terms, "allow": allow})
+    assert "Paris" in service.chat().json()["choices"][0]["message"]["content"]
+
+
+def test_a_change_on_one_replica_is_enforced_by_another_within_5_seconds(service, redis_url, service_namespace,
+                                                                          tmp_path):
+    replica = start_service_process(tmp_path, {
+        "GUARDRAIL_REDIS_URL": redis_url, "GUARDRAIL_REDIS_PREFIX": service_namespace,
+        "GUARDRAIL_API_KEYS": CLIENT_KEY, "GUARDRAIL_VERSION_POLL_INTERVAL_S": "1"})
+    try:
+        wait_until(lambda: replica.get("/readyz").status_code == 200, 30, "replica ready")
+        name = unique_name()
+        assert check(replica, "Paris", banned_terms=["x1"])["flagged"] is False
+        changed = time.monotonic()
+        assert service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["Paris"]}).status_code == 201
+        wait_until(lambda: check(replica, "Paris is nice", wordlists=[name])["flagged"], 5,
+                   "the replica enforcing the new list", interval_s=0.05)
+        seen_after = time.monotonic() - changed
+        answer = replica.chat(wordlists=["en", name]).json()
+        assert "paris" not in answer["choices"][0]["message"]["content"].lower(), answer
+        assert answer["usage"]["rollbacks"] >= 1
+        assert seen_after < 5
+    finally:
+        replica.stop()

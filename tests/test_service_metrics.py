@@ -1,0 +1,74 @@
+"""``/metrics``: passes ``promtool check metrics``, declares every metric of docs/metrics.md, and counts
+exactly what a known sequence of requests did."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_service_server import CLIENT_KEY, MODEL, metric
+
+pytestmark = pytest.mark.slow
+
+METRICS_DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
+
+
+def test_metrics_pass_promtool(service):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is needed: apt-get install -y --no-install-recommends prometheus"
+    service.chat(max_tokens=2)  # so that labelled families have samples too
+    checked = subprocess.run([promtool, "check", "metrics"], input=service.metrics(), capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_every_documented_metric_is_declared_with_its_type(service):
+    documented = dict(re.findall(r"^\| `(guardrail_[a-z0-9_]+)` \| (\w+) \|", METRICS_DOC.read_text(), re.M))
+    declared = dict(re.findall(r"^# TYPE (\S+) (\S+)$", service.metrics(), re.M))
+    for name, kind in documented.items():
+        assert declared.get(name) == kind, f"{name}: documented as {kind}, declared {declared.get(name)}"
+
+
+def test_a_known_sequence_of_requests_is_counted_exactly(service):
+    before = service.metrics()
+    chat = service.chat(max_tokens=6).json()
+    streamed = service.post("/v1/chat/completions", headers=AUTH, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "temperature": 0, "max_tokens": 24, "stream": True, "stream_options": {"include_usage": True},
+        "banned_terms": ["Paris"]})
+    usage_event = [line for line in streamed.text.splitlines() if '"usage"' in line][-1]
+    streamed_usage = json.loads(usage_event.removeprefix("data: "))["usage"]
+    assert service.post("/v1/check", json={"text": "hello"}, headers=AUTH).status_code == 200
+    assert service.chat(temperature=9).status_code == 422
+    assert service.chat(model="gpt-4o").status_code == 404
+    after = service.metrics()
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    chat_endpoint = "/v1/chat/completions"
+    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="200") == 2
+    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="422") == 1
+    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="404") == 1
+    assert grew("guardrail_requests_total", endpoint="/v1/check", status="200") == 1
+    assert grew("guardrail_request_duration_seconds_count", endpoint=chat_endpoint) == 4
+    assert grew("guardrail_time_to_first_token_seconds_count", endpoint=chat_endpoint) == 1
+    reasons = {"stop", "length"}
+    assert sum(grew("guardrail_finishes_total", reason=r) for r in reasons) == 2
+    tokens = chat["usage"]["completion_tokens"] + streamed_usage["completion_tokens"]
+    assert grew("guardrail_generated_tokens_total") == tokens
+    passes = chat["usage"]["forward_passes"] + streamed_usage["forward_passes"]
+    assert grew("guardrail_forward_passes_total") == passes
+    assert grew("guardrail_rollbacks_total", list="request") == streamed_usage["rollbacks"] >= 1
+    assert grew("guardrail_banned_term_hits_total", list="request") == streamed_usage["rollbacks"]
+    lookups = sum(grew("guardrail_artefact_cache_lookups_total", layer=layer)
+                  for layer in ("memory", "redis", "disk", "compile"))
+    assert lookups == 2  # one artefact lookup per generation
+    assert metric(after, "guardrail_inflight_requests") == 1  # the scrape itself
+    assert metric(after, "guardrail_queue_depth") == 0
+    assert metric(after, "guardrail_wordlist_version", list="en") >= 1

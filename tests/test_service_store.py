@@ -1,0 +1,230 @@
+"""The word-list stores (embedded files, real Redis) honour one contract: versions, preconditions,
+audit records, persistence, atomic concurrent updates; and the catalog follows the store."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from guardrail.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
+from service.catalog import UnknownWordList, WordListCatalog
+from service.metrics import ServiceMetrics
+from service.settings import Settings
+from service.stores.embedded import EmbeddedStore
+from service.stores.redis_store import RedisStore
+from service.stores.store import (
+    Precondition,
+    PreconditionFailed,
+    WordListNotFound,
+    deletion,
+    patched,
+    replacement,
+    seed,
+)
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def open_store(request, tmp_path):
+    """A factory of stores over the same data (so a second call is a 'restart' or another replica)."""
+    if request.param == "embedded":
+        return lambda: EmbeddedStore(tmp_path / "data", audit_max_records=50)
+    prefix = request.getfixturevalue("redis_prefix")
+    url = request.getfixturevalue("redis_url")
+    return lambda: RedisStore(url, prefix, audit_max_records=50)
+
+
+def put(store, name, terms, precondition=None, token="tok"):
+    wordlist = wordlist_from_terms(terms, name=name)
+    return store.write(name, lambda current: replacement(current, wordlist), precondition, token)
+
+
+def test_every_change_gets_the_next_version_and_an_etag(open_store):
+    store = open_store()
+    first = put(store, "pets", ["cat"])
+    second = put(store, "pets", ["cat", "dog"])
+    assert (first.version, second.version) == (1, 2)
+    assert second.etag == '"v2"'
+    assert store.versions() == {"pets": 2}
+    assert [t.text for t in store.get("pets").wordlist.terms] == ["cat", "dog"]
+
+
+def test_a_stale_if_match_is_refused_and_the_previous_version_keeps_serving(open_store):
+    store = open_store()
+    put(store, "pets", ["cat"])
+    put(store, "pets", ["dog"])
+    with pytest.raises(PreconditionFailed) as failure:
+        put(store, "pets", ["eel"], Precondition.if_match('"v1"'))
+    assert failure.value.current == 2
+    assert [t.text for t in store.get("pets").wordlist.terms] == ["dog"]
+    assert put(store, "pets", ["eel"], Precondition.if_match('W/"v2"')).version == 3
+
+
+def test_if_none_match_star_only_creates(open_store):
+    store = open_store()
+    put(store, "pets", ["cat"], Precondition(absent=True))
+    with pytest.raises(PreconditionFailed):
+        put(store, "pets", ["dog"], Precondition(absent=True))
+
+
+def test_lists_survive_a_restart_of_the_store(open_store):
+    store = open_store()
+    put(store, "pets", [Term("Cat", MatchMode.PREFIX, case_sensitive=True), "dog"])
+    store.close()
+    reopened = open_store()
+    stored = reopened.get("pets")
+    assert stored.version == 1
+    assert stored.wordlist.terms == (Term("Cat", MatchMode.PREFIX, True), Term("dog", MatchMode.WORD, False))
+
+
+def test_a_deleted_name_keeps_counting_versions(open_store):
+    store = open_store()
+    put(store, "pets", ["cat"])
+    store.write("pets", lambda current: deletion(current), None, "tok")
+    assert store.get("pets") is None and "pets" not in store.versions()
+    assert put(store, "pets", ["dog"]).version == 3  # an ETag of the old list can never match again
+
+
+def test_every_change_is_audited_newest_first(open_store):
+    store = open_store()
+    put(store, "pets", ["cat", "dog"], token="alice")
+    store.write("pets", lambda current: patched(current, ["eel"], ["cat"]), None, "bob")
+    store.write("pets", lambda current: deletion(current), None, "bob")
+    records = store.audit(10)
+    assert [(r.action, r.version, r.token_id, r.added, r.removed) for r in records] == [
+        ("delete", 3, "bob", 0, 2),
+        ("update", 2, "bob", 1, 1),
+        ("create", 1, "alice", 2, 0),
+    ]
+    assert all(r.list == "pets" and r.time > 0 for r in records)
+
+
+def test_the_audit_log_is_capped(open_store):
+    store = open_store()
+    for i in range(120):
+        put(store, "pets", [f"pet{i}"])
+    records = store.audit(1000)
+    assert 50 <= len(records) <= 100
+    assert records[0].version == 120
+
+
+def test_patch_removes_case_insensitively_and_skips_duplicates(open_store):
+    store = open_store()
+    put(store, "pets", ["cat", "dog"])
+    stored = store.write("pets", lambda current: patched(current, ["dog", "eel"], ["CAT"]), None, "tok")
+    assert [t.text for t in stored.wordlist.terms] == ["dog", "eel"]
+
+
+def test_concurrent_patches_all_land(open_store):
+    """No update is lost: Redis replicas retry their WATCH/MULTI transaction on conflict; the embedded
+    store (one process per data directory) serialises its threads."""
+    first = open_store()
+    put(first, "pets", ["cat"])
+    stores = [first] * 4 if isinstance(first, EmbeddedStore) else [open_store() for _ in range(4)]
+
+    def add(store, index):
+        for j in range(5):
+            store.write("pets", lambda current, t=f"pet{index}x{j}": patched(current, [t], []), None, "tok")
+
+    threads = [threading.Thread(target=add, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = open_store().get("pets")
+    assert len(final.wordlist.terms) == 21
+    assert final.version == 21
+
+
+def test_updating_a_missing_list_raises_not_found(open_store):
+    store = open_store()
+
+    def compute(current):
+        if current is None:
+            raise WordListNotFound("ghost")
+        return patched(current, ["x1"], [])
+
+    with pytest.raises(WordListNotFound):
+        store.write("ghost", compute, None, "tok")
+
+
+def test_seeding_adds_bundled_lists_once_and_never_resurrects_a_deleted_one(open_store):
+    store = open_store()
+    english = bundled_wordlist("en")
+    assert seed(store, [english]) == ["en"]
+    assert seed(store, [english]) == []
+    store.write("en", lambda current: deletion(current), None, "tok")
+    assert seed(store, [english]) == []
+    assert store.get("en") is None
+
+
+def test_embedded_store_ignores_a_list_file_whose_change_never_committed(tmp_path):
+    store = EmbeddedStore(tmp_path)
+    put(store, "pets", ["cat"])
+    # A crash between writing the new version's file and the index leaves an orphan file.
+    (tmp_path / "wordlists" / "pets.v2.txt").write_text("dog\n", encoding="utf-8")
+    reopened = EmbeddedStore(tmp_path)
+    assert reopened.get("pets").version == 1
+    assert not (tmp_path / "wordlists" / "pets.v2.txt").exists()
+    assert put(reopened, "pets", ["dog"]).version == 2
+
+
+def test_catalog_follows_changes_made_by_another_replica(redis_url, redis_prefix):
+    writer = RedisStore(redis_url, redis_prefix)
+    metrics = ServiceMetrics(with_redis=True)
+    catalog = WordListCatalog(RedisStore(redis_url, redis_prefix), metrics, lambda: [], poll_interval_s=30)
+    catalog.start()  # long poll interval: only the pub/sub hint can make this fast
+    try:
+        put(writer, "pets", ["cat"])
+        deadline = time.monotonic() + 5
+        while catalog.get("pets") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert catalog.resolve(["pets"])[0].version == 1
+        assert metrics.wordlist_version.labels("pets")._value.get() == 1
+        assert metrics.redis_up._value.get() == 1
+        with pytest.raises(UnknownWordList):
+            catalog.resolve(["pets", "ghost"])
+    finally:
+        catalog.stop()
+
+
+def test_catalog_serves_its_copy_and_reports_down_when_redis_does_not_answer(redis_url, redis_prefix):
+    put(RedisStore(redis_url, redis_prefix), "pets", ["cat"])
+    metrics = ServiceMetrics(with_redis=True)
+    catalog = WordListCatalog(RedisStore(redis_url, redis_prefix), metrics, lambda: [], poll_interval_s=30)
+    catalog.refresh()
+    assert catalog.healthy
+    # Point the same catalog at a port where nothing listens: the copy stays, health drops.
+    catalog.store = RedisStore("redis://127.0.0.1:1/0", redis_prefix, timeout_s=0.2)
+    catalog.refresh()
+    assert not catalog.healthy and "Redis" in catalog.last_error
+    assert metrics.redis_up._value.get() == 0
+    assert catalog.resolve(["pets"])[0].version == 1
+
+
+def test_settings_read_comma_separated_lists_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GUARDRAIL_WORDLISTS", "en, de")
+    monkeypatch.setenv("GUARDRAIL_API_KEYS", "k1,k2")
+    monkeypatch.setenv("GUARDRAIL_REDIS_URL", "")
+    settings = Settings()
+    assert settings.wordlists == ["en", "de"]
+    assert [k.get_secret_value() for k in settings.api_keys] == ["k1", "k2"]
+    assert settings.redis_url is None
+    assert "k1" not in repr(settings)
+
+
+def test_settings_name_the_bad_variable(monkeypatch):
+    monkeypatch.setenv("GUARDRAIL_MAX_QUEUE", "-1")
+    with pytest.raises(ValueError, match="max_queue"):
+        Settings()
+
+
+def test_redis_keys_stay_inside_the_namespace(redis_url, redis_prefix):
+    store = RedisStore(redis_url, redis_prefix)
+    put(store, "pets", ["cat"])
+    client = redis.Redis.from_url(redis_url)
+    keys = {k.decode() for k in client.scan_iter(match=f"{redis_prefix}*")}
+    assert keys == {f"{redis_prefix}wordlist:pets", f"{redis_prefix}wordlist-version:pets",
+                    f"{redis_prefix}wordlists", f"{redis_prefix}audit"}
