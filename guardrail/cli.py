@@ -93,12 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=_cmd_check)
 
-    for module, name in (("guardrail.cli_generate", "add_generate_command"), ("service.cli_serve", "add_serve_command")):
-        try:
-            adder = getattr(__import__(module, fromlist=[name]), name)
-        except ImportError:
-            continue
-        adder(sub)
+    # Both modules import only argparse-level code at import time; the model and FastAPI load in the handlers.
+    from guardrail.cli_generate import add_generate_command
+    from service.cli_serve import add_serve_command
+
+    add_generate_command(sub)
+    add_serve_command(sub)
     return parser
 
 

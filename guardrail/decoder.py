@@ -38,6 +38,8 @@ from guardrail.token_matcher import Hit, TokenMatcher
 from guardrail.vocab import TokenVocab
 
 _NEG_INF = -math.inf
+#: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``_Generation._probe_cut``).
+UNCHECKED_CUT = -1
 
 
 def generation_eos_ids(model) -> set[int]:
@@ -99,7 +101,7 @@ class StreamingDecoder:
 
         Raises:
             ValueError: empty prompt, a token id outside the vocab in ``prompt_ids`` or ``params``, or an
-                artefact compiled for another vocab. Raised on the first ``next()``, before any model work.
+                artefact compiled for another vocab (raised by this call, before any model work).
         """
         return _Generation(self, prompt_ids, artefact, params, cancel).run()
 
@@ -114,6 +116,7 @@ class _Generation:
         self.artefact = artefact
         self.params = params
         self.cancel = cancel
+        self._setup()
 
     # -- setup -------------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -127,7 +130,6 @@ class _Generation:
         params.check_vocab(size)
         if self.artefact is not None and self.artefact.vocab.fingerprint != decoder.vocab.fingerprint:
             raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
-        self.started = time.perf_counter()
         self.matcher = TokenMatcher(self.artefact) if self.artefact is not None else None
         # Built once per request: the ids whose own text completes a term, masked at every step.
         always = self.artefact.always_banned if self.artefact is not None else ()
@@ -147,6 +149,9 @@ class _Generation:
         self.logits: dict[int, torch.Tensor] = {}  # completion position -> raw logits (1, vocab)
         self.rollbacks = 0
         self.rollbacks_at: dict[int, int] = {}
+        # reach[k]: matcher.releasable() after the first k completion tokens (see _release_limit).
+        self.reach = [0]
+        self.frontier = 0  # rollbacks never go before this position (see _release_limit)
 
     @property
     def pos(self) -> int:
@@ -155,8 +160,12 @@ class _Generation:
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
-        self._setup()
+        self.started = time.perf_counter()
         self.logits[0] = self.kv.forward(self.prompt)
+        padding = self.logits[0].shape[-1] - len(self.decoder.vocab)
+        if padding > 0:  # logits rows past the tokenizer's vocab (padded embeddings) carry no text
+            extra = torch.arange(len(self.decoder.vocab), self.logits[0].shape[-1])
+            self.always_banned = extra if self.always_banned is None else torch.cat([self.always_banned, extra])
         params = self.params
         while True:
             if self.cancel is not None and self.cancel.is_set():
@@ -193,7 +202,7 @@ class _Generation:
             self._keep(token)
             stop_at = self.text.find_stop(self.pos - 1)
             if stop_at is not None:
-                hit = self._probe_cut(stop_at)[1]
+                hit = self._probe_cut(stop_at)[1] if self.matcher is not None else None
                 if hit is None:
                     yield from self._end("stop", cut_bytes=stop_at)
                     return
@@ -207,49 +216,70 @@ class _Generation:
             if self.pos < params.max_tokens:
                 self.logits[self.pos] = self.kv.forward([token])
 
+    @torch.inference_mode()
     def _pick(self) -> int | None:
+        return self.picker.pick(self._scores())
+
+    @torch.inference_mode()  # the kept logits are inference tensors: masked in place in this mode only
+    def _scores(self) -> torch.Tensor:
+        """Final scores ``(1, vocab)`` of the current position: processors, bans, warpers."""
         position = self.pos
         scores = self.logits[position]
+        prefix = self.input_ids[:, :len(self.ids)] if self.input_ids is not None else None
         if self.processors:
-            scores = self.processors(self.input_ids[:, :len(self.ids)], scores)
+            scores = self.processors(prefix, scores)
         # In place is safe even on the kept raw logits: the always-banned mask is idempotent, and the bans
         # of a position only grow while its logits are valid (a rollback to an earlier position discards
-        # both). The processors above are monotone and keep -inf as -inf.
+        # both). The processors above never modify their input.
         if self.always_banned is not None:
             scores.index_fill_(1, self.always_banned, _NEG_INF)
         banned = self.bans.at(position)
         if banned is not None:
             scores.index_fill_(1, banned, _NEG_INF)
         if self.warpers:
-            scores = self.warpers(self.input_ids[:, :len(self.ids)], scores)
-        return self.picker.pick(scores)
+            scores = self.warpers(prefix, scores)
+        return scores
 
     def _keep(self, token: int) -> None:
         if self.input_ids is not None:
             self.input_ids[0, len(self.ids)] = token
         self.ids.append(token)
         self.text.append(token)
+        if self.matcher is not None:
+            self.reach.append(self.matcher.releasable())
 
     def _release_limit(self) -> int:
-        """Bytes no future match (nor a stop string) can claim."""
+        """Bytes no future match (nor a stop string) can claim, whatever rollbacks come.
+
+        ``matcher.releasable()`` bounds where a match of the *current* text can start, but a rollback to
+        ``k`` resumes from the state after ``k`` tokens, which may expect more (" dog" + " cat" rules out
+        "dog dog"; rolled back to " dog", it does not). Rollback targets are at or after ``releasable()``,
+        and from a target ``k`` the next ones are at or after ``reach[k]`` (the releasable count after ``k``
+        tokens), which never decreases along the text. So everything before a *clean* position ``L``
+        (``reach[L] == L``: no partial match pending) at or before ``releasable()`` is final.
+        """
         if self.matcher is None:
-            limit = self.text.end(self.pos)
-        else:
-            limit = self.text.end(self.matcher.releasable())
-        for cut in self.text.stop_cuts():
-            # If a stop string completes, the answer ends at `cut`: what is released must be safe in that
-            # text too (a word term ending right at the cut would match there).
-            limit = min(limit, cut, self._probe_cut(cut)[0])
-        return limit
+            self.frontier = self.pos
+            return min([self.text.end(self.pos), *self.text.stop_cuts()])
+        limit = self.reach[-1]
+        cuts = self.text.stop_cuts()
+        for cut in cuts:
+            # If a stop string completes the answer ends at `cut`: a word term ending right there would
+            # match (and roll back) in that text.
+            limit = min(limit, self._probe_cut(cut)[0])
+        clean = limit
+        while self.reach[clean] != clean:
+            clean -= 1
+        self.frontier = clean
+        return min([self.text.end(clean), *cuts])
 
     def _forget_logits(self) -> None:
-        """Drop the logits of positions no rollback can reach (before the first unreleasable token)."""
-        floor = self.matcher.releasable() if self.matcher is not None else self.pos
-        for position in [p for p in self.logits if p < floor]:
+        """Drop the logits of positions no rollback can reach (before the clean frontier)."""
+        for position in [p for p in self.logits if p < self.frontier]:
             del self.logits[position]
 
     # -- rollback ----------------------------------------------------------------------------------------
-    def _roll_back(self, hit: Hit, retry_bans: bool = True) -> Iterator[Event]:
+    def _roll_back(self, hit: Hit) -> Iterator[Event]:
         """Go back to ``hit.start_token`` and ban the term's first token there.
 
         Yields the :class:`Rollback` event, or the final events when the budget is spent. Returns True
@@ -265,7 +295,7 @@ class _Generation:
         discarded = self.pos - start
         self.matcher.truncate(start)
         banned = {hit.first_token}
-        if retry_bans:
+        if hit.term_id != UNCHECKED_CUT:
             banned |= self.matcher.retry_bans(hit)
         self.bans.rollback_to(start)
         self.bans.add(start, banned)
@@ -280,11 +310,14 @@ class _Generation:
         """Keep the first ``tokens`` completion tokens (the logits of position ``tokens`` are kept)."""
         keep = len(self.prompt) + tokens
         del self.ids[keep:]
+        del self.reach[tokens + 1:]
         self.text.truncate(tokens)
         for position in [p for p in self.logits if p > tokens]:
             del self.logits[position]
         if self.kv.length > keep:
             self.kv.rollback(keep, self.ids)
+        if tokens not in self.logits:  # not expected (see _forget_logits); recompute rather than fail
+            self.logits[tokens] = self.kv.reprefill(self.ids)
 
     # -- ends of text ------------------------------------------------------------------------------------
     def _end_of_text(self) -> Iterator[Event]:
@@ -299,22 +332,22 @@ class _Generation:
         return False if (yield from self._roll_back(hit)) else None
 
     def _probe_cut(self, cut: int) -> tuple[int, Hit | None]:
-        """If the answer ended at byte ``cut``: how many bytes would be safe to release, and the match at
-        its end, if any. The matcher is left as it was.
+        """If the answer ended at byte ``cut``: the releasable count of that text (whole tokens), and the
+        match at its end, if any. The matcher is left as it was.
 
         The bytes of the token holding ``cut`` up to it are pushed as single-byte tokens (the matcher's
-        outcome depends only on the bytes); a hit inside them is reported at that token, since only whole
-        tokens can be rolled back.
+        outcome depends only on the bytes); a hit that begins inside them is reported at that token, since
+        only whole tokens can be rolled back. A vocab may lack a single-byte token for some bytes (SmolLM2
+        has none for a few control and invalid-UTF-8 bytes): that text cannot be checked, so the token
+        holding the cut is treated as a hit (rolled back) rather than emitted unchecked.
         """
-        if self.matcher is None:
-            return cut, None
         matcher, text = self.matcher, self.text
         whole = text.token_at(cut)
-        tail = [self.ids[len(self.prompt) + i] for i in range(whole, self.pos)]
-        matcher.truncate(whole)
-        hit, safe = None, text.end(whole)
+        tail = self.ids[len(self.prompt) + whole:]
         byte_tokens = self.decoder.byte_tokens()
         piece = bytes(text.data[text.end(whole):cut])
+        matcher.truncate(whole)
+        hit = None
         if all(b in byte_tokens for b in piece):
             for b in piece:
                 hit = matcher.push(byte_tokens[b])
@@ -322,25 +355,22 @@ class _Generation:
                     break
             if hit is None:
                 hit = matcher.finish()
-            released = matcher.releasable()
-            safe = text.end(whole) + max(0, released - whole) if released > whole else text.end(released)
-        else:  # no single-byte token for some byte: only whole tokens are safe
-            hit = matcher.finish() if not piece else None
-            safe = text.end(matcher.releasable())
-            if piece:
-                hit = Hit(-1, "", "", whole, tail[0], 0, 0) if tail else None
+        else:
+            hit = Hit(UNCHECKED_CUT, "stop", "", whole, tail[0], 0, 0)
+        reach = min(matcher.releasable(), whole)
         matcher.truncate(whole)
         for token in tail:
             matcher.push(token)
         if hit is not None and hit.start_token >= whole:
-            hit = replace(hit, start_token=whole, first_token=tail[0], depth=0)
-        return safe, hit
+            hit = replace(hit, start_token=whole, first_token=tail[0])
+        return reach, hit
 
     def _end(self, reason: FinishReason, cut_tokens: int | None = None,
              cut_bytes: int | None = None) -> Iterator[Event]:
         """Release the answer up to the cut and finish.
 
-        A token cut is moved back past any match the shorter text would end with (text cut before the term).
+        A token cut is moved back past any match the shorter text would end with (text cut before the
+        term); a byte cut (stop string) was checked by :meth:`_probe_cut`.
         """
         if cut_bytes is None:
             if self.matcher is not None:
@@ -348,17 +378,18 @@ class _Generation:
                 while (hit := self.matcher.finish()) is not None:
                     cut_tokens = hit.start_token
                     self.matcher.truncate(cut_tokens)
+            del self.ids[len(self.prompt) + cut_tokens:]
+            del self.reach[cut_tokens + 1:]
+            self.text.truncate(cut_tokens)  # raises rather than retract released text
             cut_bytes = self.text.end(cut_tokens)
-            self._truncate(cut_tokens)
         delta = self.text.release(cut_bytes, final=True)
         if delta:
             yield TextDelta(delta)
-        kept = self.text.token_at(cut_bytes) if cut_bytes < self.text.end(self.pos) else self.pos
         yield Finish(reason, self.text.text, Usage(
             prompt_tokens=len(self.prompt),
-            completion_tokens=kept,
+            completion_tokens=self.pos,
             rollbacks=self.rollbacks,
             forward_passes=self.kv.forward_passes,
             reprefills=self.kv.reprefills,
             seconds=time.perf_counter() - self.started,
-        ))
+        ), tuple(self.ids[len(self.prompt):]))

@@ -68,11 +68,14 @@ class Finish:
         reason: see :data:`FinishReason`.
         text: the whole answer (equal to the concatenated :class:`TextDelta` texts).
         usage: counters of the generation.
+        token_ids: the kept completion token ids (after a stop string, the last one may reach into it);
+            what the watermark detector scores.
     """
 
     reason: FinishReason
     text: str
     usage: Usage
+    token_ids: tuple[int, ...] = ()
 
 
 Event = Union[TextDelta, Rollback, Finish]

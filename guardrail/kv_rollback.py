@@ -97,8 +97,8 @@ class KVCache:
             token_ids: prompt + completion ids, at least ``length`` long (only read for a re-prefill).
 
         Returns:
-            True when the cache was rebuilt (a re-prefill; its logits are not needed: the decoder kept
-            the logits of every position it can roll back to).
+            True when the cache was rebuilt (its logits are not needed: the decoder kept the logits of
+            every position it can roll back to).
 
         Raises:
             ValueError: ``length`` outside ``[1, self.length]``.
@@ -112,8 +112,13 @@ class KVCache:
             self.cache.crop(-n)
             self.length = length
             return False
+        self.reprefill(token_ids[:length])
+        return True
+
+    def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Rebuild the cache from ``token_ids`` (one forward pass, counted as a re-prefill); return the
+        next-token logits ``(1, vocab)``."""
         self.cache = self._new_cache()
         self.length = 0
-        self.forward(token_ids[:length])
         self.reprefills += 1
-        return True
+        return self.forward(token_ids)

@@ -1,0 +1,313 @@
+"""Decode benchmark: what the guard costs per token, what a rollback costs, and what a banned hit costs.
+
+Prints one JSON object. Every number comes with its baseline measured in the same run (the machine is
+shared and noisy, so ratios are what to compare):
+
+* ``overhead``: tokens/s of guarded (bundled ``en`` list) vs unguarded decoding in the same loop
+  (``StreamingDecoder`` with ``artefact=None``) on SmolLM2 prompts that hit nothing, the two generations
+  advanced step by step in turn (floor: guarded ≥ 0.97 × unguarded); and a guarded generation alone vs
+  ``model.generate`` with the same settings, run one after the other (noisier: not interleaved).
+* ``guard_step_us``: the guard's work per step — masks, matcher push, release bookkeeping — replayed on the
+  tokens of those generations (the model's forward pass replaced by stored logits). Floor: p50 ≤ 50 µs.
+* ``rollback``: rolling back a 4-token term at 128 / 512 / 2048 tokens of context, by cache crop vs by
+  re-prefill. Floors: crop@2048 ≤ 2 × crop@128; re-prefill@2048 ≥ 10 × crop@2048.
+* ``leak_suite``: guarded greedy decoding of ``tests/data/leak_prompts.json`` (all targets banned):
+  hits, forward passes spent per hit and per term token (the target's tokens, once per position rolled
+  back to), re-prefills, glued evasions (a target of 4+ characters hidden in a longer run: "thankyou").
+
+Usage: python bench/decode.py [--tokens 32] [--reps 2] [--gemma]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from guardrail.compiler import compile_artefact  # noqa: E402
+from guardrail.decoder import StreamingDecoder, _Generation, generation_eos_ids  # noqa: E402
+from guardrail.events import Finish, Rollback  # noqa: E402
+from guardrail.kv_rollback import KVCache  # noqa: E402
+from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.prompts import prompt_ids  # noqa: E402
+from guardrail.sampling import SamplingParams  # noqa: E402
+from guardrail.textmatch import TextMatcher  # noqa: E402
+from guardrail.vocab import TokenVocab  # noqa: E402
+from guardrail.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_HIT_PROMPTS = [
+    "Describe a sunny day at the beach.",
+    "Explain how a bicycle works.",
+    "Give me three tips for learning to cook.",
+    "Describe the water cycle.",
+    "What should I pack for a weekend hiking trip?",
+]
+CONTEXTS = (128, 512, 2048)
+TERM_TOKENS = 4
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def run(decoder, ids, artefact, params):
+    started = time.perf_counter()
+    events = list(decoder.stream(ids, artefact, params))
+    return events, time.perf_counter() - started
+
+
+# -- guard overhead ------------------------------------------------------------------------------------
+
+def interleaved(streams):
+    """Advance several streams one event at a time, round robin; return each one's events and the time
+    spent inside its own steps. An event is about one decode step, so load from other processes on a
+    shared machine falls on all streams alike."""
+    pending = dict(streams)
+    events = {name: [] for name in pending}
+    spent = dict.fromkeys(pending, 0.0)
+    while pending:
+        for name in list(pending):
+            started = time.perf_counter()
+            event = next(pending[name], None)
+            spent[name] += time.perf_counter() - started
+            if event is None:
+                del pending[name]
+            else:
+                events[name].append(event)
+    return events, spent
+
+
+def bench_overhead(model, decoder, artefact, chats, tokens, reps):
+    params = SamplingParams(temperature=0, max_tokens=tokens)
+    totals = {"guarded": [0, 0.0], "unguarded": [0, 0.0]}
+    replays, hits = [], 0
+    generate_tokens, generate_seconds = 0, 0.0
+    eos = sorted(decoder.eos_ids)
+
+    def generate(ids):
+        nonlocal generate_tokens, generate_seconds
+        with torch.inference_mode():
+            started = time.perf_counter()
+            out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=tokens, eos_token_id=eos,
+                                 pad_token_id=eos[0])
+            generate_seconds += time.perf_counter() - started
+        generate_tokens += out.shape[1] - len(ids)
+
+    solo_tokens, solo_seconds = 0, 0.0
+
+    def guarded_solo(ids):
+        nonlocal solo_tokens, solo_seconds
+        started = time.perf_counter()
+        finish = list(decoder.stream(ids, artefact, params))[-1]
+        solo_seconds += time.perf_counter() - started
+        solo_tokens += finish.usage.completion_tokens
+
+    for rep in range(reps):
+        for index, ids in enumerate(chats):
+            # model.generate cannot be stepped, and two interleaved generations share the CPU caches: it is
+            # compared with a guarded generation run alone, right before or after it (alternately).
+            first, second = (generate, guarded_solo) if (rep + index) % 2 else (guarded_solo, generate)
+            first(ids)
+            second(ids)
+            events, spent = interleaved({"guarded": decoder.stream(ids, artefact, params),
+                                         "unguarded": decoder.stream(ids, None, params)})
+            for name in totals:
+                finish = events[name][-1]
+                totals[name][0] += finish.usage.completion_tokens
+                totals[name][1] += spent[name]
+            hits += events["guarded"][-1].usage.rollbacks
+            if rep == 0:
+                replays.append((ids, events["guarded"][-1].token_ids))
+    guarded = totals["guarded"][0] / totals["guarded"][1]
+    unguarded = totals["unguarded"][0] / totals["unguarded"][1]
+    generate = generate_tokens / generate_seconds
+    return {
+        "runs_per_mode": reps * len(chats),
+        "tokens_per_run": tokens,
+        "hits": hits,
+        "guarded_tokens_per_s": round(guarded, 2),
+        "unguarded_tokens_per_s": round(unguarded, 2),
+        "guarded_over_unguarded": round(guarded / unguarded, 4),
+        "generate_tokens_per_s": round(generate, 2),
+        "guarded_alone_tokens_per_s": round(solo_tokens / solo_seconds, 2),
+        "guarded_alone_over_generate": round(solo_tokens / solo_seconds / generate, 4),
+    }, replays
+
+
+def bench_guard_step(decoder, artefact, replays):
+    """Replay generations step by step with stored logits; time what the guard adds to a step."""
+    raw = torch.randn((1, decoder.model.config.vocab_size))
+    samples = {"guarded": [], "unguarded": []}
+    held = []  # tokens decoded but not yet released, after each guarded step
+    for _ in range(3):
+        for ids, tokens in replays:
+            for name, guard in (("guarded", artefact), ("unguarded", None)):
+                gen = _Generation(decoder, ids, guard, SamplingParams(temperature=0, max_tokens=len(tokens) + 1), None)
+                gen.started = time.perf_counter()
+                for token in tokens:
+                    gen.logits[gen.pos] = raw.clone()  # stands in for the forward pass (not timed)
+                    started = time.perf_counter()
+                    gen._scores()
+                    if gen.matcher is not None and gen.matcher.push(token) is not None:
+                        raise RuntimeError("replayed token hit a term")
+                    gen._keep(token)
+                    gen.text.release(gen._release_limit())
+                    gen._forget_logits()
+                    samples[name].append(time.perf_counter() - started)
+                    if guard is not None:
+                        held.append(gen.pos - gen.text.token_at(gen.text.released))
+    guarded = [s * 1e6 for s in samples["guarded"]]
+    unguarded = [s * 1e6 for s in samples["unguarded"]]
+    return {
+        "steps": len(guarded),
+        "p50": round(percentile(guarded, 50), 2),
+        "p99": round(percentile(guarded, 99), 2),
+        "unguarded_bookkeeping_p50": round(percentile(unguarded, 50), 2),
+        "guard_only_p50": round(percentile(guarded, 50) - percentile(unguarded, 50), 2),
+        "memoised_states": artefact.num_states,
+        "held_back_tokens_mean": round(statistics.mean(held), 2),
+        "held_back_tokens_max": max(held),
+    }
+
+
+# -- rollback cost -------------------------------------------------------------------------------------
+
+def bench_rollback(model, tokenizer, record_past=True):
+    text = (ROOT / "docs" / "interfaces.md").read_text(encoding="utf-8") * 8
+    pool = tokenizer.encode(text, add_special_tokens=False)
+    out = {}
+    for context in CONTEXTS:
+        ids = pool[:context + TERM_TOKENS]
+        kv = KVCache(model, record_past=record_past)
+        kv.forward(ids[:context])
+        crops, steps = [], []
+        for _ in range(15):
+            for token in ids[context:]:
+                started = time.perf_counter()
+                kv.forward([token])
+                steps.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            rebuilt = kv.rollback(context, ids)
+            crops.append(time.perf_counter() - started)
+            assert not rebuilt, "crop path re-prefilled"
+        reprefills = []
+        for _ in range(2 if context >= 2048 else 3):
+            started = time.perf_counter()
+            kv.reprefill(ids[:context])
+            reprefills.append(time.perf_counter() - started)
+        out[str(context)] = {
+            "crop_us": round(statistics.median(crops) * 1e6, 1),
+            "reprefill_ms": round(statistics.median(reprefills) * 1e3, 1),
+            "decode_step_ms": round(statistics.median(steps) * 1e3, 2),
+        }
+    crop_128, crop_2048 = out["128"]["crop_us"], out["2048"]["crop_us"]
+    out["crop_2048_over_crop_128"] = round(crop_2048 / crop_128, 3)
+    out["reprefill_2048_over_crop_2048"] = round(out["2048"]["reprefill_ms"] * 1e3 / crop_2048, 1)
+    return out
+
+
+# -- leak suite ----------------------------------------------------------------------------------------
+
+def squash(text):
+    return re.sub(r"[\W_]+", "", text.casefold())
+
+
+#: Shorter terms hide inside innocent words ("no" in "not"): only longer ones are counted as glued.
+GLUE_MIN_CHARS = 4
+
+
+def bench_leaks(decoder, tokenizer, max_tokens):
+    cases = json.loads((ROOT / "tests" / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+    lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
+    artefact = compile_artefact(decoder.vocab, lists)
+    matcher = TextMatcher(lists)
+    hits = wasted = reprefills = leaks = occurrences = term_tokens = 0
+    finish_reasons: dict[str, int] = {}
+    glued = []
+    seconds = 0.0
+    for case in cases:
+        ids = prompt_ids(tokenizer, messages=[{"role": "user", "content": case["prompt"]}])
+        events, took = run(decoder, ids, artefact, SamplingParams(temperature=0, max_tokens=max_tokens))
+        seconds += took
+        finish: Finish = events[-1]
+        rollbacks = [e for e in events if isinstance(e, Rollback)]
+        hits += len(rollbacks)
+        wasted += sum(r.tokens_discarded for r in rollbacks)
+        # One occurrence per position the decoder went back to (a term and its retries there).
+        here = len({r.position for r in rollbacks})
+        occurrences += here
+        term_tokens += here * len(tokenizer.encode(" " + case["term"], add_special_tokens=False))
+        reprefills += finish.usage.reprefills
+        leaks += bool(matcher.scan(finish.text))
+        finish_reasons[finish.reason] = finish_reasons.get(finish.reason, 0) + 1
+        term = squash(case["term"])
+        if len(term) >= GLUE_MIN_CHARS and term in squash(finish.text):  # "sorryfor", "Thankyou"
+            glued.append({"term": case["term"], "text": finish.text[:120]})
+    return {
+        "prompts": len(cases),
+        "max_tokens": max_tokens,
+        "leaks": leaks,
+        "hits": hits,
+        "term_occurrences": occurrences,
+        "forward_passes_spent_on_hits": wasted,
+        "forward_passes_per_hit": round(wasted / max(hits, 1), 3),
+        "forward_passes_per_term_token": round(wasted / max(term_tokens, 1), 3),
+        "reprefills": reprefills,
+        "glued_evasions": len(glued),
+        "glued_examples": glued[:5],
+        "finish_reasons": finish_reasons,
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=32, help="tokens per no-hit generation")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions of the no-hit prompts")
+    parser.add_argument("--leak-tokens", type=int, default=32, help="max_tokens of the leak-suite generations")
+    parser.add_argument("--gemma", action="store_true", help="also time rollback on Gemma 3 (sliding window)")
+    args = parser.parse_args()
+
+    tokenizer = load_tokenizer("smollm2")
+    model = load_model("smollm2")
+    vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=generation_eos_ids(model))
+    decoder = StreamingDecoder(model, tokenizer, vocab)
+    artefact = compile_artefact(vocab, [bundled_wordlist("en")])
+    chats = [prompt_ids(tokenizer, messages=[{"role": "user", "content": p}]) for p in NO_HIT_PROMPTS]
+    run(decoder, chats[0], artefact, SamplingParams(temperature=0, max_tokens=4))  # warm-up
+
+    overhead, replays = bench_overhead(model, decoder, artefact, chats, args.tokens, args.reps)
+    result = {
+        "model": "smollm2",
+        "torch_threads": torch.get_num_threads(),
+        "overhead": overhead,
+        "guard_step_us": bench_guard_step(decoder, artefact, replays),
+        "rollback": {"smollm2": bench_rollback(model, tokenizer)},
+        "leak_suite": bench_leaks(decoder, tokenizer, args.leak_tokens),
+    }
+    if args.gemma:
+        gemma = load_model("gemma3")
+        result["rollback"]["gemma3_past_recording"] = bench_rollback(gemma, load_tokenizer("gemma3"))
+    rollback = result["rollback"]["smollm2"]
+    result["floors"] = {
+        "guarded_over_unguarded>=0.97": overhead["guarded_over_unguarded"] >= 0.97,
+        "guard_step_p50<=50us": result["guard_step_us"]["p50"] <= 50,
+        "crop_2048<=2x_crop_128": rollback["crop_2048_over_crop_128"] <= 2,
+        "reprefill_2048>=10x_crop_2048": rollback["reprefill_2048_over_crop_2048"] >= 10,
+        "no_leaks": result["leak_suite"]["leaks"] == 0,
+    }
+    print(json.dumps(result, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The public Python API: load a model with its word lists once, then generate or stream guarded text.
+
+Example:
+    >>> from guardrail.api import Guard
+    >>> guard = Guard.load(model="smollm2", wordlists=("en",), banned=("sorry",))
+    >>> done = guard.generate(messages=[{"role": "user", "content": "Apologise."}], temperature=0, max_tokens=40)
+    >>> done.text, done.finish_reason, done.usage.rollbacks
+    >>> for event in guard.stream(prompt="Once upon a time", max_tokens=40):
+    ...     if isinstance(event, TextDelta): print(event.text, end="", flush=True)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from guardrail.artefact import Artefact
+from guardrail.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.prompts import prompt_ids
+from guardrail.sampling import SamplingParams
+from guardrail.textmatch import TextMatch, TextMatcher
+from guardrail.vocab import TokenVocab
+from guardrail.watermark import WatermarkVerdict, detect_watermark
+from guardrail.wordlist import WordList
+from guardrail.wordlist_selection import select_wordlists
+
+__all__ = ["Completion", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A whole guarded generation.
+
+    Attributes:
+        text: the answer (no banned term, no stop string).
+        finish_reason: ``stop``, ``length``, ``content_filter`` or ``cancelled``.
+        usage: token, rollback and forward-pass counters.
+        rollbacks: every rollback, in order.
+    """
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    rollbacks: tuple[Rollback, ...]
+
+
+def sampling_params(params: Mapping[str, object]) -> SamplingParams:
+    """``SamplingParams(**params)``, with an unknown name reported as a ``ValueError`` naming it."""
+    unknown = sorted(set(params) - SamplingParams.field_names())
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown}; accepted: {sorted(SamplingParams.field_names())}")
+    return SamplingParams(**params)
+
+
+class Guard:
+    """A model, its tokenizer and the compiled word lists, ready to generate.
+
+    Build it with :meth:`load`. Thread-safe for concurrent calls (each generation has its own state; the
+    model is only read), though on CPU they share the cores.
+
+    Attributes:
+        model, tokenizer, vocab: the loaded model, its tokenizer and bytes table.
+        wordlists: the word lists guarded against.
+        artefact: their compiled form (``None`` when there are no terms: decoding is unguarded).
+        decoder: the :class:`~guardrail.decoder.StreamingDecoder`.
+    """
+
+    def __init__(self, model, tokenizer, vocab: TokenVocab, wordlists: Sequence[WordList],
+                 artefact: Artefact | None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.wordlists = tuple(wordlists)
+        self.artefact = artefact
+        self.decoder = StreamingDecoder(model, tokenizer, vocab)
+        self._text_matcher = TextMatcher(self.wordlists)
+
+    @classmethod
+    def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
+             redis_url: str | None = None, cache_dir: str | Path | None = None) -> Guard:
+        """Load a model and compile (or fetch) its artefact.
+
+        Args:
+            model: ``smollm2``, ``gemma3``, a Hugging Face model directory or a ``.gguf`` file.
+            wordlists: bundled list names (``"en"``, ``"de"``…) or ``.txt`` word-list files.
+            banned: extra terms (a list named ``request``).
+            redis_url: share compiled artefacts through Redis.
+            cache_dir: directory for compiled artefacts on disk (default: guardrail's cache directory).
+
+        Raises:
+            ValueError: unknown model (see :func:`guardrail.models.resolve_model`).
+            WordListError: unknown list name, malformed list file, invalid term.
+        """
+        lists = select_wordlists(wordlists, banned)  # before the slow loads: a typo fails fast
+        return cls.load_lists(model, lists, redis_url=redis_url, cache_dir=cache_dir)
+
+    @classmethod
+    def load_lists(cls, model: str, wordlists: Sequence[WordList], redis_url: str | None = None,
+                   cache_dir: str | Path | None = None) -> Guard:
+        """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlist`)."""
+        from guardrail.artefact_cache import ArtefactCache
+        from guardrail.models import cache_dir as default_cache_dir, load_model, load_tokenizer
+
+        lists = list(wordlists)
+        tokenizer = load_tokenizer(model)
+        lm = load_model(model)
+        vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=generation_eos_ids(lm))
+        artefact = None
+        if any(wl.terms for wl in lists):
+            directory = cache_dir if cache_dir is not None else default_cache_dir()
+            cache = ArtefactCache(redis_url=redis_url, cache_dir=directory)
+            artefact, _ = cache.get(vocab, lists)
+        return cls(lm, tokenizer, vocab, lists, artefact)
+
+    def prompt_ids(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None) -> list[int]:
+        """The prompt's token ids (chat template for ``messages``, raw text for ``prompt``)."""
+        return prompt_ids(self.tokenizer, prompt=prompt, messages=messages)
+
+    def stream(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None, *,
+               cancel: threading.Event | None = None, **params) -> Iterator[Event]:
+        """Generate, yielding :class:`TextDelta`, :class:`Rollback` and a final :class:`Finish`.
+
+        Args:
+            prompt: raw completion text (base models), or
+            messages: a chat (``[{"role": "user", "content": "…"}]``) for models with a chat template.
+            cancel: set it to stop early (``finish_reason="cancelled"``).
+            **params: :class:`~guardrail.sampling.SamplingParams` fields (``max_tokens``, ``temperature``,
+                ``top_p``, ``seed``, ``stop``, ``logit_bias``, ``watermark``…).
+
+        Raises:
+            ValueError: bad prompt/messages or parameter (named), before anything is generated.
+        """
+        sampling = sampling_params(params)
+        ids = self.prompt_ids(prompt, messages)
+        return self.decoder.stream(ids, self.artefact, sampling, cancel)
+
+    def generate(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None, *,
+                 cancel: threading.Event | None = None, **params) -> Completion:
+        """Generate a whole answer; same arguments as :meth:`stream`."""
+        rollbacks: list[Rollback] = []
+        for event in self.stream(prompt, messages, cancel=cancel, **params):
+            if isinstance(event, Rollback):
+                rollbacks.append(event)
+            elif isinstance(event, Finish):
+                return Completion(event.text, event.reason, event.usage, tuple(rollbacks))
+        raise RuntimeError("the decoder ended without a Finish event")  # a decoder bug, never expected
+
+    def check(self, text: str) -> list[TextMatch]:
+        """The guarded terms found in ``text`` (the text contract, :class:`~guardrail.textmatch.TextMatcher`)."""
+        return self._text_matcher.scan(text)
+
+    def detect_watermark(self, text: str, hashing_key: int | None = None) -> WatermarkVerdict:
+        """Whether ``text`` carries this model's watermark (generated with ``watermark=True``).
+
+        Raises:
+            ValueError: text shorter than 2 tokens.
+        """
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        kwargs = {} if hashing_key is None else {"hashing_key": hashing_key}
+        return detect_watermark(ids, self.model.config, **kwargs)

@@ -1,0 +1,74 @@
+"""The public Python API (``Guard``) and the ``guardrail generate`` command, on SmolLM2."""
+
+import json
+
+import pytest
+
+from guardrail.api import Completion, Guard
+from guardrail.cli import main
+from guardrail.compiler import compile_artefact
+from guardrail.decoder import generation_eos_ids
+from guardrail.events import Finish, Rollback, TextDelta
+from guardrail.textmatch import TextMatcher
+from guardrail.vocab import TokenVocab
+from guardrail.wordlist import wordlist_from_terms
+
+pytestmark = pytest.mark.slow
+
+SORRY = [{"role": "user", "content": "Repeat after me: I am sorry."}]
+
+
+@pytest.fixture(scope="module")
+def guard(smollm2_model, smollm2_tokenizer):
+    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
+    lists = [wordlist_from_terms(["sorry"])]
+    return Guard(smollm2_model, smollm2_tokenizer, vocab, lists, compile_artefact(vocab, lists))
+
+
+def test_generate_returns_the_whole_guarded_completion(guard):
+    done = guard.generate(messages=SORRY, temperature=0, max_tokens=12)
+    assert isinstance(done, Completion)
+    assert guard.check(done.text) == []
+    assert done.rollbacks and all(isinstance(r, Rollback) for r in done.rollbacks)
+    assert done.usage.rollbacks == len(done.rollbacks)
+    assert done.finish_reason in ("stop", "length")
+
+
+def test_stream_yields_deltas_then_one_finish(guard):
+    events = list(guard.stream(messages=SORRY, temperature=0, max_tokens=12))
+    assert isinstance(events[-1], Finish)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == events[-1].text
+
+
+def test_bad_parameters_are_rejected_before_generating(guard):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        guard.generate(messages=SORRY, max_new_tokens=3)
+    with pytest.raises(ValueError, match="top_p"):
+        guard.generate(messages=SORRY, top_p=2.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        guard.generate()
+
+
+def test_cli_generate_prints_one_json_object(capsys):
+    code = main(["generate", "--model", "smollm2", "--wordlist", "en", "--banned", "sorry",
+                 "--chat", SORRY[0]["content"], "--temperature", "0", "--max-tokens", "12", "--json"])
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload) == {"text", "finish_reason", "usage", "rollbacks"}
+    assert TextMatcher([wordlist_from_terms(["sorry"])]).scan(payload["text"]) == []
+    assert payload["rollbacks"] and payload["usage"]["rollbacks"] == len(payload["rollbacks"])
+    assert {"position", "list_name", "tokens_discarded"} <= set(payload["rollbacks"][0])
+
+
+def test_cli_generate_streams_text(capsys):
+    code = main(["generate", "--banned", "sorry", "--chat", SORRY[0]["content"], "--temperature", "0",
+                 "--max-tokens", "8", "--stream", "--logit-bias", "0:-100"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "finish_reason=" in captured.err
+
+
+def test_cli_rejects_a_malformed_logit_bias(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--chat", "hi", "--logit-bias", "12"])
+    assert "--logit-bias" in capsys.readouterr().err
