@@ -97,7 +97,7 @@ def test_automaton_equals_text_contract_on_random_tokenizations(setup, data):
 CASINGS = [str.lower, str.upper, str.title, lambda s: "".join(c.upper() if i % 2 else c for i, c in enumerate(s))]
 
 
-@pytest.mark.parametrize("term", ["listen", "sorry", "fuck you", "idiots", "asshole"])
+@pytest.mark.parametrize("term", ["listen", "sorry", "fuck you", "idiots", "asshole", "傻逼"])
 def test_every_split_and_casing_of_a_term_is_caught_where_it_begins(setup, term):
     tokenizer, vocab, _, artefact, _ = setup
     for casing in CASINGS:
