@@ -14,6 +14,8 @@ shared and noisy, so ratios are what to compare):
 * ``leak_suite``: guarded greedy decoding of ``tests/data/leak_prompts.json`` (all targets banned):
   hits, forward passes spent per hit and per term token (the target's tokens, once per position rolled
   back to), re-prefills, glued evasions (a target of 4+ characters hidden in a longer run: "thankyou").
+* ``leak_suite_without_retry_bans``: the same suite banning only the term's first token after a rollback,
+  the baseline for ``retry_bans_passes_per_hit_ratio`` (what the retry policy saves).
 
 Usage: python bench/decode.py [--tokens 32] [--reps 2] [--gemma]
 """
@@ -295,6 +297,12 @@ def main() -> None:
         "rollback": {"smollm2": bench_rollback(model, tokenizer)},
         "leak_suite": bench_leaks(decoder, tokenizer, args.leak_tokens),
     }
+    # Ablation: the same suite banning only the term's first token after a rollback (no retry bans).
+    plain = StreamingDecoder(model, tokenizer, vocab, retry_bans=False)
+    result["leak_suite_without_retry_bans"] = bench_leaks(plain, tokenizer, args.leak_tokens)
+    result["retry_bans_passes_per_hit_ratio"] = round(
+        result["leak_suite"]["forward_passes_spent_on_hits"]
+        / max(result["leak_suite_without_retry_bans"]["forward_passes_spent_on_hits"], 1), 3)
     if args.gemma:
         gemma = load_model("gemma3")
         result["rollback"]["gemma3_past_recording"] = bench_rollback(gemma, load_tokenizer("gemma3"))

@@ -58,6 +58,8 @@ class StreamingDecoder:
         model: a transformers causal LM in eval mode.
         tokenizer: its tokenizer (kept for callers; the decoder itself reads ``vocab``).
         vocab: the exact bytes of every token id (``TokenVocab.from_tokenizer``).
+        retry_bans: after a rollback, also ban the tokens that would begin the same term at least as deep
+            (:meth:`TokenMatcher.retry_bans`); ``False`` bans only the term's first token (benchmark ablation).
         record_past: let sliding-window caches crop past their window (see :mod:`guardrail.kv_rollback`);
             ``False`` forces the re-prefill fallback on such models (tests and benchmarks use it).
 
@@ -67,11 +69,12 @@ class StreamingDecoder:
         ...     if isinstance(event, TextDelta): print(event.text, end="")
     """
 
-    def __init__(self, model, tokenizer, vocab: TokenVocab, record_past: bool = True):
+    def __init__(self, model, tokenizer, vocab: TokenVocab, record_past: bool = True, retry_bans: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = vocab
         self.record_past = record_past
+        self.retry_bans = retry_bans
         self.eos_ids = frozenset(vocab.eos_ids | generation_eos_ids(model))
         self.vocab_size = model.config.get_text_config().vocab_size
         self._byte_tokens: dict[int, int] | None = None
@@ -295,7 +298,7 @@ class _Generation:
         discarded = self.pos - start
         self.matcher.truncate(start)
         banned = {hit.first_token}
-        if hit.term_id != UNCHECKED_CUT:
+        if hit.term_id != UNCHECKED_CUT and self.decoder.retry_bans:
             banned |= self.matcher.retry_bans(hit)
         self.bans.rollback_to(start)
         self.bans.add(start, banned)
