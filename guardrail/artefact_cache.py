@@ -9,8 +9,6 @@ Redis errors are treated as misses too (the service reports Redis health separat
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from guardrail.artefact import Artefact
+from guardrail.atomic_file import write_atomically
 from guardrail.artefact_codec import ArtefactFormatError, decode_artefact, encode_artefact
 from guardrail.compiler import COMPILER_VERSION, artefact_key, compile_artefact
 from guardrail.vocab import TokenVocab
@@ -142,8 +141,4 @@ class ArtefactCache:
             except redis.RedisError as exc:
                 log.warning("redis unavailable for artefact store: %s", exc)
         if self.cache_dir is not None:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(blob)
-            os.replace(tmp, self.cache_dir / f"{key}.bin")
+            write_atomically(self.cache_dir / f"{key}.bin", blob)

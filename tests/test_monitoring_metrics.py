@@ -12,15 +12,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from test_service_server import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = ROOT / "helm" / "guardrail" / "files" / "alerts.yaml"
@@ -86,26 +85,6 @@ def test_the_dashboard_shows_every_documented_metric():
 # -- against the live service ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(predicate, timeout_s: float, what: str, process: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"{what}: the process exited with {process.returncode}")
-        try:
-            if predicate():
-                return
-        except (httpx.HTTPError, OSError):
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not ready after {timeout_s} s")
-
-
 def stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
@@ -149,8 +128,9 @@ def metrics_text(tmp_path_factory) -> str:
     base = f"http://127.0.0.1:{http_port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/healthz", timeout=2).status_code == 200,
-                   MODEL_LOAD_TIMEOUT_S, "service /healthz", server)
-        wait_until(lambda: httpx.get(f"{base}/readyz", timeout=2).status_code == 200, 60, "service /readyz", server)
+                   MODEL_LOAD_TIMEOUT_S, "service /healthz", alive=lambda: server.poll() is None)
+        wait_until(lambda: httpx.get(f"{base}/readyz", timeout=2).status_code == 200, 60, "service /readyz",
+                   alive=lambda: server.poll() is None)
         request = {"model": "smollm2", "messages": [{"role": "user", "content": "Say hello."}],
                    "max_tokens": 8, "stream": True, "seed": 1}
         with httpx.stream("POST", f"{base}/v1/chat/completions", json=request, timeout=120) as response:

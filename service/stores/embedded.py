@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+from guardrail.atomic_file import write_atomically
 from guardrail.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
     AuditRecord,
@@ -33,21 +32,6 @@ from service.stores.store import (
 )
 
 log = logging.getLogger("guardrail.service.store")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class EmbeddedStore:
