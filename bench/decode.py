@@ -34,16 +34,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from guardrail.compiler import compile_artefact  # noqa: E402
-from guardrail.decoder import StreamingDecoder, _Generation, generation_eos_ids  # noqa: E402
-from guardrail.events import Finish, Rollback  # noqa: E402
-from guardrail.kv_rollback import KVCache  # noqa: E402
+from guardrail.engines.transformers.decoder import StreamingDecoder, _Generation, generation_eos_ids  # noqa: E402
+from guardrail.engines.transformers.kv_cache import KVCache  # noqa: E402
+from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
+from guardrail.guard.events import Finish, Rollback  # noqa: E402
+from guardrail.matching.compiler import compile_artefact  # noqa: E402
+from guardrail.matching.textmatch import TextMatcher  # noqa: E402
+from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
-from guardrail.sampling import SamplingParams  # noqa: E402
-from guardrail.textmatch import TextMatcher  # noqa: E402
-from guardrail.vocab import TokenVocab  # noqa: E402
-from guardrail.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
+from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_HIT_PROMPTS = [
@@ -199,7 +199,7 @@ def bench_rollback(model, tokenizer, record_past=True):
                 kv.forward([token])
                 steps.append(time.perf_counter() - started)
             started = time.perf_counter()
-            rebuilt = kv.rollback(context, ids)
+            rebuilt = kv.rollback_to(context, ids)
             crops.append(time.perf_counter() - started)
             assert not rebuilt, "crop path re-prefilled"
         reprefills = []

@@ -33,14 +33,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from guardrail.compiler import compile_artefact  # noqa: E402
-from guardrail.decoder import StreamingDecoder  # noqa: E402
-from guardrail.events import Finish, TextDelta  # noqa: E402
+from guardrail.engines.transformers.decoder import StreamingDecoder  # noqa: E402
+from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
+from guardrail.guard.events import Finish, TextDelta  # noqa: E402
+from guardrail.matching.compiler import compile_artefact  # noqa: E402
+from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
-from guardrail.sampling import SamplingParams  # noqa: E402
-from guardrail.vocab import TokenVocab  # noqa: E402
-from guardrail.wordlist import bundled_wordlist  # noqa: E402
+from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2"

@@ -12,20 +12,20 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
-from guardrail.artefact import Artefact
-from guardrail.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
+from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.textmatch import TextMatch, TextMatcher
+from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams
-from guardrail.textmatch import TextMatch, TextMatcher
-from guardrail.vocab import TokenVocab
-from guardrail.watermark import WatermarkVerdict, detect_watermark
-from guardrail.wordlist import WordList
-from guardrail.wordlist_selection import select_wordlists
+from guardrail.wordlists.selection import select_wordlists
+from guardrail.wordlists.wordlist import WordList
 
 __all__ = ["Completion", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
 
@@ -65,7 +65,7 @@ class Guard:
         model, tokenizer, vocab: the loaded model, its tokenizer and bytes table.
         wordlists: the word lists guarded against.
         artefact: their compiled form (``None`` when there are no terms: decoding is unguarded).
-        decoder: the :class:`~guardrail.decoder.StreamingDecoder`.
+        decoder: the :class:`~guardrail.engines.transformers.decoder.StreamingDecoder`.
     """
 
     def __init__(self, model, tokenizer, vocab: TokenVocab, wordlists: Sequence[WordList],
@@ -100,9 +100,10 @@ class Guard:
     @classmethod
     def load_lists(cls, model: str, wordlists: Sequence[WordList], redis_url: str | None = None,
                    cache_dir: str | Path | None = None) -> Guard:
-        """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlist`)."""
-        from guardrail.artefact_cache import ArtefactCache
-        from guardrail.models import cache_dir as default_cache_dir, load_model, load_tokenizer
+        """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlists.wordlist`)."""
+        from guardrail.matching.cache import ArtefactCache
+        from guardrail.models import cache_dir as default_cache_dir
+        from guardrail.models import load_model, load_tokenizer
 
         lists = list(wordlists)
         tokenizer = load_tokenizer(model)
@@ -127,7 +128,8 @@ class Guard:
             prompt: raw completion text (base models), or
             messages: a chat (``[{"role": "user", "content": "…"}]``) for models with a chat template.
             cancel: set it to stop early (``finish_reason="cancelled"``).
-            **params: :class:`~guardrail.sampling.SamplingParams` fields (``max_tokens``, ``temperature``,
+            **params: :class:`~guardrail.engines.transformers.sampling.SamplingParams` fields (``max_tokens``,
+                ``temperature``,
                 ``top_p``, ``seed``, ``stop``, ``logit_bias``, ``watermark``…).
 
         Raises:
@@ -149,7 +151,8 @@ class Guard:
         raise RuntimeError("the decoder ended without a Finish event")  # a decoder bug, never expected
 
     def check(self, text: str) -> list[TextMatch]:
-        """The guarded terms found in ``text`` (the text contract, :class:`~guardrail.textmatch.TextMatcher`)."""
+        """The guarded terms found in ``text`` (the text contract,
+        :class:`~guardrail.matching.textmatch.TextMatcher`)."""
         return self._text_matcher.scan(text)
 
     def detect_watermark(self, text: str, hashing_key: int | None = None) -> WatermarkVerdict:

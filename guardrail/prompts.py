@@ -6,7 +6,7 @@ prompted by raw completion, with the tokenizer's own special tokens (Gemma's ``<
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 ROLES = frozenset({"system", "user", "assistant"})
 

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from guardrail.wordlist import WordList
+from guardrail.wordlists.wordlist import WordList
 from service.metrics import ServiceMetrics
 from service.stores.store import StoredWordList, StoreUnavailable, WordListStore, seed
 

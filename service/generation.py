@@ -19,9 +19,9 @@ from typing import Any, Protocol, TypeVar
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from guardrail.events import Finish, TextDelta, Usage
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Finish, TextDelta, Usage
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams
 from service.errors import ApiError, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guardrail.wordlist import WordList, WordListError, wordlist_from_terms
+from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_from_terms
 from service.catalog import UnknownWordList
 from service.errors import ApiError
 from service.runtime import Runtime

@@ -1,7 +1,7 @@
 """The long-lived objects of one service process, built once by the app's lifespan.
 
 One model instance per process (loaded here, owned by the worker threads), the tokenizer and its
-:class:`~guardrail.vocab.TokenVocab`, the artefact cache (memory → Redis → disk → compile), the word-list
+:class:`~guardrail.matching.vocab.TokenVocab`, the artefact cache (memory → Redis → disk → compile), the word-list
 store and its in-memory catalog, and the generation worker.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
-from guardrail.artefact_cache import ArtefactCache
-from guardrail.decoder import StreamingDecoder
-from guardrail.events import Event
+from guardrail.engines.transformers.decoder import StreamingDecoder
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Event
+from guardrail.matching.cache import ArtefactCache
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_model, load_tokenizer
-from guardrail.sampling import SamplingParams
-from guardrail.textmatch import TextMatcher
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
+from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
 from service.catalog import WordListCatalog
 from service.metrics import ServiceMetrics
 from service.settings import Settings
@@ -64,7 +64,7 @@ class Runtime:
     on first use); :meth:`start` starts the background threads, :meth:`close` stops them.
 
     Raises:
-        guardrail.wordlist.WordListError: a default-set ``.txt`` file is invalid.
+        guardrail.wordlists.wordlist.WordListError: a default-set ``.txt`` file is invalid.
         OSError / ValueError from the model loader: the model cannot be loaded.
     """
 

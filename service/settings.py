@@ -15,9 +15,9 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY
 from guardrail.models import cache_dir
-from guardrail.watermark import DEFAULT_HASHING_KEY
-from guardrail.wordlist import MAX_TERMS
+from guardrail.wordlists.wordlist import MAX_TERMS
 
 
 def _split_csv(value: object) -> object:

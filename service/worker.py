@@ -20,9 +20,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from guardrail.events import Event, Finish, Rollback
-from guardrail.sampling import SamplingParams
-from guardrail.wordlist import WordList
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Event, Finish, Rollback
+from guardrail.wordlists.wordlist import WordList
 from service.metrics import ServiceMetrics
 
 log = logging.getLogger("guardrail.service.worker")

@@ -17,8 +17,8 @@ import uuid  # noqa: E402
 import pytest  # noqa: E402
 import redis  # noqa: E402
 
+from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
-from guardrail.vocab import TokenVocab  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import redis
 
-from guardrail.artefact_cache import ArtefactCache
-from guardrail.artefact_codec import ArtefactFormatError, decode_artefact, encode_artefact
-from guardrail.compiler import COMPILER_VERSION, artefact_key, compile_artefact
-from guardrail.token_matcher import TokenMatcher
-from guardrail.wordlist import WordListError, bundled_wordlist, parse_wordlist, wordlist_from_terms
+from guardrail.matching.cache import ArtefactCache
+from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encode_artefact
+from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.matching.token_matcher import TokenMatcher
+from guardrail.wordlists.wordlist import WordListError, bundled_wordlist, parse_wordlist, wordlist_from_terms
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from guardrail.cli import main
+from service.cli.main import main
 
 
 def run_json(capsys, *argv):

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guardrail.artefact import ROOT_STATE
-from guardrail.compiler import compile_artefact
-from guardrail.textmatch import TextMatcher
-from guardrail.token_matcher import TokenMatcher
-from guardrail.wordlist import MatchMode, Term, WordList, bundled_wordlist, wordlist_from_terms
+from guardrail.matching.artefact import ROOT_STATE
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.token_matcher import TokenMatcher
+from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist
 
 TOKENIZERS = ["smollm2", "gemma3"]
 
@@ -176,14 +176,14 @@ def test_leading_space_and_case_variants_all_hit(setup):
         assert drive_all(artefact, encode(tokenizer, variant))["listen"] == 1, variant
 
 
-def test_truncate_restores_the_state_of_the_shorter_prefix(setup):
+def test_rollback_to_restores_the_state_of_the_shorter_prefix(setup):
     tokenizer, _, _, artefact, _ = setup
     base = encode(tokenizer, "please")
     matcher = TokenMatcher(artefact)
     for token in base + encode(tokenizer, " li"):
         assert matcher.push(token) is None
     assert matcher.releasable() <= len(base)  # " li" may begin "listen": held back
-    matcher.truncate(len(base))
+    matcher.rollback_to(len(base))
     assert matcher.tokens == base
     hits = []
     for token in encode(tokenizer, " talk now"):

@@ -5,13 +5,13 @@ import json
 import pytest
 
 from guardrail.api import Completion, Guard
-from guardrail.cli import main
-from guardrail.compiler import compile_artefact
-from guardrail.decoder import generation_eos_ids
-from guardrail.events import Finish, Rollback, TextDelta
-from guardrail.textmatch import TextMatcher
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import wordlist_from_terms
+from guardrail.engines.transformers.decoder import generation_eos_ids
+from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.vocab import TokenVocab
+from guardrail.wordlists.wordlist import wordlist_from_terms
+from service.cli.main import main
 
 pytestmark = pytest.mark.slow
 

@@ -4,15 +4,15 @@ and the re-prefill fallback when a cache cannot crop — both give what a fresh 
 import pytest
 import torch
 
-from guardrail.compiler import compile_artefact
-from guardrail.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.events import Finish, Rollback, TextDelta
-from guardrail.kv_rollback import KVCache, has_sliding_layers
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams
-from guardrail.textmatch import TextMatcher
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import wordlist_from_terms
+from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_crop_past_the_window_with_past_recording_equals_a_fresh_prefill(gemma3_
     for token in ids[-4:]:
         kv.forward([token])
     assert kv.can_crop(3)
-    assert kv.rollback(len(ids) - 3, ids) is False  # cropped, no re-prefill
+    assert kv.rollback_to(len(ids) - 3, ids) is False  # cropped, no re-prefill
     after = kv.forward([ids[-3]])
     assert kv.reprefills == 0
     torch.testing.assert_close(after, fresh_logits(gemma3_model, ids[:-2]), atol=1e-3, rtol=1e-4)
@@ -61,7 +61,7 @@ def test_cache_that_cannot_crop_is_rebuilt_and_equals_a_fresh_prefill(gemma3_mod
     kv.forward(ids[:-2])
     kv.forward([ids[-2]])
     assert not kv.can_crop(1)
-    assert kv.rollback(len(ids) - 2, ids) is True
+    assert kv.rollback_to(len(ids) - 2, ids) is True
     assert kv.reprefills == 1 and kv.length == len(ids) - 2
     after = kv.forward([ids[-2]])
     torch.testing.assert_close(after, fresh_logits(gemma3_model, ids[:-1]), atol=1e-3, rtol=1e-4)
@@ -75,10 +75,10 @@ def test_after_a_crop_a_deeper_rollback_falls_back_to_reprefill(gemma3_model, lo
     kv.forward(ids[:-3])
     kv.forward([ids[-3]])
     kv.forward([ids[-2]])
-    assert kv.rollback(len(ids) - 2, ids) is False  # cropped: sliding layers now hold just the window
+    assert kv.rollback_to(len(ids) - 2, ids) is False  # cropped: sliding layers now hold just the window
     kv.forward([ids[-2]])
     assert kv.can_crop(1) and not kv.can_crop(2)
-    assert kv.rollback(len(ids) - 3, ids) is True
+    assert kv.rollback_to(len(ids) - 3, ids) is True
     after = kv.forward([ids[-3]])
     torch.testing.assert_close(after, fresh_logits(gemma3_model, ids[:-2]), atol=1e-3, rtol=1e-4)
 

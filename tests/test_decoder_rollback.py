@@ -11,14 +11,14 @@ import time
 import pytest
 import torch
 
-from guardrail.compiler import compile_artefact
-from guardrail.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.events import Finish, Rollback, TextDelta
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams
-from guardrail.textmatch import TextMatcher
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
+from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 

@@ -19,11 +19,10 @@ from transformers.generation.logits_process import (
 )
 
 from guardrail.api import sampling_params
-from guardrail.bans import PositionBans
-from guardrail.holdback import TextBuffer
+from guardrail.engines.transformers.sampling import SamplingParams, TokenPicker, build_processors, build_warpers
+from guardrail.guard.bans import PositionBans
+from guardrail.guard.holdback import TextBuffer
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams, TokenPicker, build_processors, build_warpers
-
 
 # -- SamplingParams ------------------------------------------------------------------------------------
 
@@ -144,9 +143,9 @@ def test_a_split_character_is_released_only_when_whole():
 def test_truncating_into_released_text_raises():
     text = buffer([1, 2, 3])
     text.release(text.end(2))
-    text.truncate(2)
+    text.rollback_to(2)
     with pytest.raises(RuntimeError, match="retract"):
-        text.truncate(1)
+        text.rollback_to(1)
 
 
 def test_stop_string_found_and_its_possible_beginnings_held_back():

@@ -3,14 +3,14 @@ generation went through rollbacks; the same generation without the watermark is 
 
 import pytest
 
-from guardrail.compiler import compile_artefact
-from guardrail.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.events import Rollback
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.engines.transformers.watermark import DEFAULT_Z_THRESHOLD, detect_watermark
+from guardrail.guard.events import Rollback
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
-from guardrail.sampling import SamplingParams
-from guardrail.vocab import TokenVocab
-from guardrail.watermark import DEFAULT_Z_THRESHOLD, detect_watermark
-from guardrail.wordlist import wordlist_from_terms
+from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 

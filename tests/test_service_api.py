@@ -7,8 +7,8 @@ import openai
 import pytest
 from test_service_server import CLIENT_KEY, MODEL, PROMPT
 
-from guardrail.textmatch import TextMatcher
-from guardrail.wordlist import wordlist_from_terms
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 

@@ -147,7 +147,7 @@ def start_service_process(tmp: Path, env: dict[str, str], cli: bool = False) -> 
     """A service process on a free port: ``guardrail serve`` (``cli=True``) or uvicorn's factory."""
     port = free_port()
     if cli:
-        args = [sys.executable, "-m", "guardrail.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        args = [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
     else:
         args = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
                 "--port", str(port), "--no-access-log"]

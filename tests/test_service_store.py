@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from guardrail.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
+from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
 from service.catalog import UnknownWordList, WordListCatalog
 from service.metrics import ServiceMetrics
 from service.settings import Settings

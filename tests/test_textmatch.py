@@ -7,9 +7,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail.normalize import normalize_term, normalize_with_offsets
-from guardrail.textmatch import TextMatcher
-from guardrail.wordlist import MatchMode, Term, WordList, wordlist_from_terms
+from guardrail.matching.normalize import normalize_term, normalize_with_offsets
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.wordlists.wordlist import MatchMode, Term, WordList, wordlist_from_terms
 
 ALPHABET = "abcé ß-\n\tAB牛奶\u200b\u00a0ﬁ"
 

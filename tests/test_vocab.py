@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import TokenizersBackend
 
+from guardrail.matching.vocab import TokenizerFamily, TokenVocab, detect_family
 from guardrail.models import load_tokenizer
-from guardrail.vocab import TokenizerFamily, TokenVocab, detect_family
 
 MODELS = ["smollm2", "gemma3"]
 

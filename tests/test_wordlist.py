@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail.wordlist import (
+from guardrail.wordlists.wordlist import (
     MAX_TERM_CHARS,
     MAX_TERMS,
     MatchMode,
@@ -255,7 +255,7 @@ def test_term_of_exactly_the_limit_is_accepted():
 
 def test_invalid_utf8_reports_the_line_of_the_bad_bytes(tmp_path):
     path = tmp_path / "latin1.txt"
-    path.write_bytes("good\n# comment\nstill good\n".encode() + "café\n".encode("latin-1"))
+    path.write_bytes(b"good\n# comment\nstill good\n" + "café\n".encode("latin-1"))
     with pytest.raises(WordListError, match="invalid UTF-8") as info:
         load_wordlist(path)
     assert (info.value.source, info.value.line) == (str(path), 4)

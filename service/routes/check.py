@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from guardrail.textmatch import TextMatcher
+from guardrail.matching.textmatch import TextMatcher
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.request_lists import request_list, stored_lists

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from guardrail.events import Finish
+from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from guardrail.watermark import detect_watermark
+from guardrail.engines.transformers.watermark import detect_watermark
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError

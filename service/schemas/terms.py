@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode
+from guardrail.wordlists.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode
 
 # Pydantic checks the length (so the schema documents it); the core (wordlist_from_terms) checks the
 # rest and names the term.
@@ -31,5 +31,5 @@ TermItem = TermText | TermIn
 
 
 def to_terms(items: list[TermItem]) -> list[str | Term]:
-    """Request items as what ``guardrail.wordlist.wordlist_from_terms`` takes."""
+    """Request items as what ``guardrail.wordlists.wordlist.wordlist_from_terms`` takes."""
     return [item.to_term() if isinstance(item, TermIn) else item for item in items]

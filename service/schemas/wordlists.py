@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.wordlist import MatchMode
+from guardrail.wordlists.wordlist import MatchMode
 from service.schemas.terms import TermItem, TermText
 from service.stores.store import AuditRecord, StoredWordList
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from guardrail.atomic_file import write_atomically
-from guardrail.wordlist import format_wordlist, parse_wordlist
+from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
     AuditRecord,
     Compute,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import redis
 from redis.exceptions import RedisError, WatchError
 
-from guardrail.wordlist import format_wordlist, parse_wordlist
+from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
     AuditRecord,
     Compute,

@@ -1,6 +1,6 @@
 """The word-list store contract shared by the embedded and the Redis store.
 
-A stored list is a :class:`~guardrail.wordlist.WordList` plus a version number that grows by one on
+A stored list is a :class:`~guardrail.wordlists.wordlist.WordList` plus a version number that grows by one on
 every change of that name (a deleted and re-created list keeps counting, so an old ETag never matches
 again). Lists are stored in the word-list text format (``format_wordlist`` / ``parse_wordlist``,
 docs/wordlists.md), which round-trips every valid list. Every change appends an :class:`AuditRecord`.
@@ -8,23 +8,16 @@ docs/wordlists.md), which round-trips every valid list. Every change appends an 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal, Protocol
 
-from guardrail.wordlist import Term, WordList, wordlist_from_terms
+from guardrail.wordlists.wordlist import Term, WordList, wordlist_from_terms
 
 Action = Literal["create", "replace", "update", "delete", "seed"]
 
 # Names become file names (embedded store) and Redis key suffixes: no separators, no dot-files.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-_NAME_RE = re.compile(NAME_PATTERN)
-
-
-def valid_name(name: str) -> bool:
-    """Whether ``name`` is a valid word-list name (1-64 of ``A-Z a-z 0-9 _ . -``, not starting with . - _)."""
-    return bool(_NAME_RE.match(name))
 
 
 @dataclass(frozen=True)
@@ -154,7 +147,7 @@ def patched(current: StoredWordList, add: Iterable[str | Term], remove: Sequence
     (case-insensitively for case-insensitive terms).
 
     Raises:
-        guardrail.wordlist.WordListError: an added term is invalid (``line`` = its 1-based index).
+        guardrail.wordlists.wordlist.WordListError: an added term is invalid (``line`` = its 1-based index).
     """
     additions = wordlist_from_terms(add, name=current.wordlist.name).terms
     kept = [t for t in current.wordlist.terms if not any(_same_term(t, r) for r in remove)]

@@ -1,4 +1,4 @@
-"""What :class:`guardrail.decoder.StreamingDecoder` yields: text deltas, rollbacks and one final finish.
+"""What a guarded generation yields: text deltas, rollbacks and one final finish (every engine).
 
 A stream is any number of :class:`TextDelta` and :class:`Rollback` events followed by exactly one
 :class:`Finish`. Deltas are never retracted: their concatenation is ``Finish.text``.
@@ -7,7 +7,7 @@ A stream is any number of :class:`TextDelta` and :class:`Rollback` events follow
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 #: ``stop``: EOS or a stop string; ``length``: ``max_tokens`` or the wall-clock limit; ``content_filter``:
 #: the rollback budget ran out or every candidate token was banned (OpenAI's value); ``cancelled``: the
@@ -78,4 +78,4 @@ class Finish:
     token_ids: tuple[int, ...] = ()
 
 
-Event = Union[TextDelta, Rollback, Finish]
+Event = TextDelta | Rollback | Finish

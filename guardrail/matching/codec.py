@@ -1,10 +1,10 @@
-"""Compact, safe serialisation of an :class:`~guardrail.artefact.Artefact` (no pickle).
+"""Compact, safe serialisation of an :class:`~guardrail.matching.artefact.Artefact` (no pickle).
 
 Layout: ``MAGIC`` · ``uint32`` header length (little endian) · UTF-8 JSON header · raw array bytes.
 The header carries the format and compiler versions, the content key, the vocab fingerprint, the term
 tables and, per array, its dtype/shape/offset; a sha256 of the array bytes guards against corruption.
 Decoding only ever calls ``json.loads`` and ``numpy.frombuffer`` with dtypes from a fixed allow-list, so
-a blob from a shared cache can be wrong but never executed (DESIGN §5 trap 7).
+a blob from a shared cache can be wrong but never executed (docs/design.md, known traps).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import struct
 
 import numpy as np
 
-from guardrail.artefact import Artefact, RootSweep
-from guardrail.term_spec import AllowSpec, TermSpec
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import MatchMode
+from guardrail.matching.artefact import Artefact, RootSweep
+from guardrail.matching.term_spec import AllowSpec, TermSpec
+from guardrail.matching.vocab import TokenVocab
+from guardrail.wordlists.wordlist import MatchMode
 
 MAGIC = b"GUARDRAIL-ARTEFACT\n"
 FORMAT_VERSION = 1

@@ -16,7 +16,7 @@ Source: transformers 5.23 ``cache_utils.py`` (``DynamicLayer.crop``, ``DynamicSl
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -89,7 +89,7 @@ class KVCache:
         """Whether dropping the last ``n`` tokens by ``crop(-n)`` leaves exactly the states of the rest."""
         return 0 <= n <= self.length and all(_layer_can_crop(layer, n) for layer in self.cache.layers)
 
-    def rollback(self, length: int, token_ids: Sequence[int]) -> bool:
+    def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool:
         """Keep the first ``length`` tokens: crop, or re-prefill from ``token_ids[:length]``.
 
         Args:

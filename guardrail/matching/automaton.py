@@ -1,12 +1,12 @@
 """Character-level Aho–Corasick automaton with word boundaries and allow-terms (pure, no I/O).
 
 The automaton reads a stream of *symbols*: the normalised characters of the text (see
-:mod:`guardrail.normalize`) with one extra symbol, :data:`BOUNDARY`, inserted wherever the text changes
+:mod:`guardrail.matching.normalize`) with one extra symbol, :data:`BOUNDARY`, inserted wherever the text changes
 between word and non-word characters (the text start and end count as non-word). A ``word`` term is
 compiled to ``BOUNDARY + term + BOUNDARY`` (each side only when the term's edge character is a word
 character), a ``prefix`` term to ``BOUNDARY + term``, a ``substring`` term to the bare term. Plain
 Aho–Corasick over that stream is then exactly the regex contract ``(?<!\\w)term(?!\\w)`` — and a
-pending right boundary is just an unfinished pattern, which the stream end completes (DESIGN §5 trap 5).
+pending right boundary is just an unfinished pattern, which the stream end completes (docs/design.md, known traps).
 
 Failure links (Aho & Corasick, "Efficient string matching", CACM 1975) mean a mismatch never drops
 the symbol that caused it: "li" + "talk" still finds "talk" (trap 1).
@@ -19,10 +19,11 @@ so such occurrences stay *pending* while the automaton node shows an allow-term 
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from guardrail.normalize import fold_char, is_word_char
-from guardrail.wordlist import MatchMode
+from guardrail.matching.normalize import fold_char, is_word_char
+from guardrail.wordlists.wordlist import MatchMode
 
 #: The word/non-word transition symbol. NUL is removed by normalisation, so it never occurs in text.
 BOUNDARY = "\x00"

@@ -213,7 +213,7 @@ def _parse_options(text: str, source: str, line: int) -> dict[str, object]:
 def _split_options(entry: str) -> tuple[str, str | None]:
     """Split ``term | options`` into the raw term and the options text (``None``: no options)."""
     last = None
-    for last in _OPTION_SEPARATOR.finditer(entry):
+    for last in _OPTION_SEPARATOR.finditer(entry):  # noqa: B007 - keep the last separator
         pass
     if last is None:
         return entry, None
@@ -322,7 +322,8 @@ def load_wordlist(path: str | Path) -> WordList:
 
 
 def _bundled_dir() -> Path:
-    beside_package = Path(__file__).resolve().parent.parent / "wordlists"
+    # guardrail/wordlists/wordlist.py -> the repository root's wordlists/ (an editable or source install).
+    beside_package = Path(__file__).resolve().parents[2] / "wordlists"
     if beside_package.is_dir():
         return beside_package
     configured = os.environ.get(WORDLISTS_DIR_ENV)
@@ -339,7 +340,7 @@ def bundled_names() -> list[str]:
     return sorted(p.stem for p in _bundled_dir().glob("*.txt"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bundled_wordlist(name: str) -> WordList:
     """The bundled list ``name`` (one of :func:`bundled_names`), parsed once and cached.
 

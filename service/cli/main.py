@@ -10,9 +10,9 @@ import json
 import os
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
-from guardrail.wordlist import WordListError
+from guardrail.wordlists.wordlist import WordListError
 
 
 def _emit(args: argparse.Namespace, payload: dict, human: str) -> None:
@@ -29,16 +29,16 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
 
 
 def selected_wordlists(args: argparse.Namespace):
-    from guardrail.wordlist_selection import select_wordlists
+    from guardrail.wordlists.selection import select_wordlists
 
     names = args.wordlist if args.wordlist is not None else args.default_wordlists
     return select_wordlists(names, args.banned)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from guardrail.artefact_cache import ArtefactCache
+    from guardrail.matching.cache import ArtefactCache
+    from guardrail.matching.vocab import TokenVocab
     from guardrail.models import cache_dir, load_tokenizer
-    from guardrail.vocab import TokenVocab
 
     wordlists = selected_wordlists(args)
     started = time.perf_counter()
@@ -66,7 +66,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from guardrail.textmatch import TextMatcher
+    from guardrail.matching.textmatch import TextMatcher
 
     matches = TextMatcher(selected_wordlists(args)).scan(args.text)
     payload = {"matches": [{"term": m.term, "list": m.list_name, "start": m.start, "end": m.end,
@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_cmd_check)
 
     # Both modules import only argparse-level code at import time; the model and FastAPI load in the handlers.
-    from guardrail.cli_generate import add_generate_command
-    from service.cli_serve import add_serve_command
+    from service.cli.generate import add_generate_command
+    from service.cli.serve import add_serve_command
 
     add_generate_command(sub)
     add_serve_command(sub)

@@ -2,7 +2,7 @@
 
 Text is released strictly forward: :meth:`TextBuffer.release` turns bytes up to a limit into text with an
 incremental UTF-8 decoder (a character split across tokens is released only once whole), and
-:meth:`TextBuffer.truncate` refuses to cut below what was released, so a rollback can never retract text.
+:meth:`TextBuffer.rollback_to` refuses to cut below what was released, so a rollback can never retract text.
 
 Stop strings are matched on the bytes (UTF-8 is self-synchronising: a match of a valid UTF-8 string always
 starts at a character boundary). While the end of the text could be the beginning of a stop string, those
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import codecs
 from bisect import bisect_right
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextBuffer:
@@ -54,7 +54,7 @@ class TextBuffer:
         self.data += self._token_bytes[token_id]
         self._ends.append(len(self.data))
 
-    def truncate(self, tokens: int) -> None:
+    def rollback_to(self, tokens: int) -> None:
         """Keep the first ``tokens`` tokens.
 
         Raises:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from guardrail.normalize import normalize_term
-from guardrail.wordlist import MatchMode, WordList
+from guardrail.matching.normalize import normalize_term
+from guardrail.wordlists.wordlist import MatchMode, WordList
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class TermSpec:
         term_id: index in the flattened term table (stable for a given word-list content).
         list_name: the word list it comes from (metrics label, events).
         text: the term as written in the list.
-        normalized: ``text`` after :func:`guardrail.normalize.normalize_term`.
+        normalized: ``text`` after :func:`guardrail.matching.normalize.normalize_term`.
         match: ``word`` | ``prefix`` | ``substring``.
         case_sensitive: compared without case folding.
     """
@@ -50,7 +50,8 @@ def flatten(wordlists: Sequence[WordList]) -> tuple[tuple[TermSpec, ...], tuple[
     for wordlist in wordlists:
         for term in wordlist.terms:
             norm = normalize_term(term.text, term.case_sensitive)
-            terms.append(TermSpec(len(terms), wordlist.name, term.text, norm, MatchMode(term.match), term.case_sensitive))
+            terms.append(TermSpec(len(terms), wordlist.name, term.text, norm, MatchMode(term.match),
+                                  term.case_sensitive))
         for text in wordlist.allow:
             for case_sensitive in (False, True):
                 norm = normalize_term(text, case_sensitive)

@@ -8,7 +8,7 @@ reference decoder's "stale bans").
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

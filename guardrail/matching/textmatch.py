@@ -6,14 +6,14 @@ This is the definition the decoder's automaton must agree with (tests compare th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import ahocorasick
 
-from guardrail.normalize import is_word_char, normalize_with_offsets
-from guardrail.term_spec import TermSpec, flatten
-from guardrail.wordlist import MatchMode, WordList
+from guardrail.matching.normalize import is_word_char, normalize_with_offsets
+from guardrail.matching.term_spec import TermSpec, flatten
+from guardrail.wordlists.wordlist import MatchMode, WordList
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,10 @@ class TextMatcher:
     """Find every occurrence of the terms of ``wordlists`` in a text.
 
     Args:
-        wordlists: the lists to match; terms normalised as in :mod:`guardrail.normalize`.
+        wordlists: the lists to match; terms normalised as in :mod:`guardrail.matching.normalize`.
 
     Example:
-        >>> from guardrail.wordlist import wordlist_from_terms
+        >>> from guardrail.wordlists.wordlist import wordlist_from_terms
         >>> TextMatcher([wordlist_from_terms(["fuck you"])]).scan("well FUCK\\n you")
         [TextMatch(term='fuck you', list_name='request', start=5, end=15)]
     """

@@ -1,10 +1,10 @@
-"""Per-request cursor over an :class:`~guardrail.artefact.Artefact`: what the decoder steps token by token.
+"""Per-request cursor over an :class:`~guardrail.matching.artefact.Artefact`: what the decoder steps token by token.
 
 The matcher keeps, for every pushed token, the automaton state after it and the cumulative symbol
 count of each stream, so that it can
 
 * say where a completed term *began* (the rollback target), split UTF-8 included;
-* roll back in O(1) (:meth:`TokenMatcher.truncate` drops the tail of its stacks);
+* roll back in O(1) (:meth:`TokenMatcher.rollback_to` drops the tail of its stacks);
 * say how many leading tokens no future match can start in (:meth:`TokenMatcher.releasable`), which is
   what hold-back streaming releases.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from guardrail.artefact import ROOT_STATE, Artefact, Transition
+from guardrail.matching.artefact import ROOT_STATE, Artefact, Transition
 
 #: A retry ban covers tokens that begin the rolled-back term at least this many characters deep
 #: (or half the term): shorter prefixes also begin innocent words ("so" for "sorry").
@@ -55,7 +55,7 @@ class TokenMatcher:
         >>> m = TokenMatcher(artefact)
         >>> for token in ids:
         ...     hit = m.push(token)
-        ...     if hit: m.truncate(hit.start_token); break
+        ...     if hit: m.rollback_to(hit.start_token); break
     """
 
     def __init__(self, artefact: Artefact):
@@ -76,11 +76,6 @@ class TokenMatcher:
         """Token ids pushed so far (a copy)."""
         return list(self._tokens)
 
-    def peek(self, token_id: int) -> Hit | None:
-        """The match ``token_id`` would complete if pushed now, or ``None``; changes nothing."""
-        transition = self.artefact.transition(self._states[-1], token_id)
-        return self._earliest_hit(transition, token_id) if transition.hits else None
-
     def push(self, token_id: int) -> Hit | None:
         """Append ``token_id`` unless it completes a banned term.
 
@@ -99,7 +94,7 @@ class TokenMatcher:
         transition = self.artefact.finish(self._states[-1])
         return self._earliest_hit(transition, None) if transition.hits else None
 
-    def truncate(self, length: int) -> None:
+    def rollback_to(self, length: int) -> None:
         """Roll back to the state after the first ``length`` pushed tokens.
 
         Raises:
@@ -133,7 +128,7 @@ class TokenMatcher:
         Each retry that spans tokens costs forward passes, so every token that would begin the same term
         at least as deep as the banned one did is banned with it — but never one covering less than half
         the term or fewer than :data:`MIN_RETRY_PREFIX_CHARS` symbols, since short prefixes begin innocent
-        words too ("so" for "sorry"). Call it *after* :meth:`truncate` to ``hit.start_token``.
+        words too ("so" for "sorry"). Call it *after* :meth:`rollback_to` ``hit.start_token``.
         """
         artefact = self.artefact
         automaton = artefact.automata[hit.stream]

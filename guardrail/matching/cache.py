@@ -1,6 +1,6 @@
 """Where compiled artefacts are kept: in-process LRU → Redis (optional) → local files → compile.
 
-Keys are content addresses (:func:`guardrail.compiler.artefact_key`), so a changed list, tokenizer or
+Keys are content addresses (:func:`guardrail.matching.compiler.artefact_key`), so a changed list, tokenizer or
 compiler can never be served a stale artefact, and replicas sharing Redis share compiles. A blob that
 fails to decode (corrupt, foreign, other version) is treated as a miss: recompiled and overwritten.
 Redis errors are treated as misses too (the service reports Redis health separately).
@@ -12,21 +12,20 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
-from guardrail.artefact import Artefact
 from guardrail.atomic_file import write_atomically
-from guardrail.artefact_codec import ArtefactFormatError, decode_artefact, encode_artefact
-from guardrail.compiler import COMPILER_VERSION, artefact_key, compile_artefact
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import WordList
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encode_artefact
+from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.matching.vocab import TokenVocab
+from guardrail.wordlists.wordlist import WordList
 
 log = logging.getLogger(__name__)
 
 #: Artefacts in Redis expire after this many seconds unless used again (content-addressed: safe to drop).
 REDIS_TTL_SECONDS = 30 * 24 * 3600
-LAYERS = ("memory", "redis", "disk", "compile")
 
 
 class ArtefactCache:

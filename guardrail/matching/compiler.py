@@ -1,20 +1,20 @@
-"""Compile word lists into an :class:`~guardrail.artefact.Artefact` for one tokenizer.
+"""Compile word lists into an :class:`~guardrail.matching.artefact.Artefact` for one tokenizer.
 
 Unlike enumerating the tokenizations of each term (exponential in the term length, blind to terms that
 start or end inside a token), the compiler builds one character-level automaton over all terms
-(:mod:`guardrail.automaton`) and runs every vocab token through it once from the text start; transitions
+(:mod:`guardrail.matching.automaton`) and runs every vocab token through it once from the text start; transitions
 from other states are computed on first use during decoding and memoised.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
-from guardrail.artefact import Artefact
-from guardrail.term_spec import flatten
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import WordList, WordListError, wordlist_digest
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.term_spec import flatten
+from guardrail.matching.vocab import TokenVocab
+from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_digest
 
 #: Bump when the artefact's meaning or layout changes: old cached artefacts then miss instead of lying.
 COMPILER_VERSION = 1

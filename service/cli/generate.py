@@ -14,7 +14,7 @@ import dataclasses
 import json
 import sys
 
-from guardrail.cli import add_wordlist_options, selected_wordlists
+from service.cli.main import add_wordlist_options, selected_wordlists
 
 
 def parse_logit_bias(value: str) -> dict[int, float]:
@@ -61,7 +61,7 @@ def add_generate_command(subparsers) -> argparse.ArgumentParser:
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of ``guardrail generate``; returns the exit code (0, also for ``content_filter``)."""
     from guardrail.api import Completion, Guard
-    from guardrail.events import Finish, Rollback, TextDelta
+    from guardrail.guard.events import Finish, Rollback, TextDelta
 
     wordlists = selected_wordlists(args)  # validate names before loading the model
     guard = Guard.load_lists(args.model, wordlists)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from guardrail.wordlist import WordList, bundled_wordlist, load_wordlist, wordlist_from_terms
+from guardrail.wordlists.wordlist import WordList, bundled_wordlist, load_wordlist, wordlist_from_terms
 
 
 def split_names(values: Iterable[str]) -> list[str]:

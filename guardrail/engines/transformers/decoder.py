@@ -1,6 +1,6 @@
 """The streaming rollback decoder: the model never emits a banned term, and the guard costs microseconds.
 
-One step (see DESIGN §4)::
+One step (docs/design.md, "The decode step")::
 
     logits of position p (kept from the forward pass that produced them)
       -> processors (logit_bias, repetition penalty, bad words, suppress)       sampling.build_processors
@@ -15,7 +15,8 @@ One step (see DESIGN §4)::
 
 Rollback costs no forward pass: the raw logits of every position a rollback can still reach (those not yet
 released) are kept, and the processors only read the prefix, which a rollback to ``p`` leaves as it was.
-The KV cache is cropped (:mod:`guardrail.kv_rollback`), or rebuilt when a sliding-window layer cannot crop.
+The KV cache is cropped (:mod:`guardrail.engines.transformers.kv_cache`), or rebuilt when a sliding-window
+layer cannot crop.
 """
 
 from __future__ import annotations
@@ -23,19 +24,19 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Iterator, Sequence
 
 import torch
 
-from guardrail.artefact import Artefact
-from guardrail.bans import PositionBans
-from guardrail.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
-from guardrail.holdback import TextBuffer
-from guardrail.kv_rollback import KVCache
-from guardrail.sampling import SamplingParams, TokenPicker, build_processors, build_warpers
-from guardrail.token_matcher import Hit, TokenMatcher
-from guardrail.vocab import TokenVocab
+from guardrail.engines.transformers.kv_cache import KVCache
+from guardrail.engines.transformers.sampling import SamplingParams, TokenPicker, build_processors, build_warpers
+from guardrail.guard.bans import PositionBans
+from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.guard.holdback import TextBuffer
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.token_matcher import Hit, TokenMatcher
+from guardrail.matching.vocab import TokenVocab
 
 _NEG_INF = -math.inf
 #: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``_Generation._probe_cut``).
@@ -60,7 +61,8 @@ class StreamingDecoder:
         vocab: the exact bytes of every token id (``TokenVocab.from_tokenizer``).
         retry_bans: after a rollback, also ban the tokens that would begin the same term at least as deep
             (:meth:`TokenMatcher.retry_bans`); ``False`` bans only the term's first token (benchmark ablation).
-        record_past: let sliding-window caches crop past their window (see :mod:`guardrail.kv_rollback`);
+        record_past: let sliding-window caches crop past their window
+            (see :mod:`guardrail.engines.transformers.kv_cache`);
             ``False`` forces the re-prefill fallback on such models (tests and benchmarks use it).
 
     Example:
@@ -296,7 +298,7 @@ class _Generation:
             yield from self._end("content_filter", start)
             return False
         discarded = self.pos - start
-        self.matcher.truncate(start)
+        self.matcher.rollback_to(start)
         banned = {hit.first_token}
         if hit.term_id != UNCHECKED_CUT and self.decoder.retry_bans:
             banned |= self.matcher.retry_bans(hit)
@@ -305,20 +307,20 @@ class _Generation:
         for later in [p for p in self.rollbacks_at if p > start]:
             del self.rollbacks_at[later]
         if discarded:
-            self._truncate(start)
+            self._rollback_to(start)
         yield Rollback(start, hit.list_name, discarded)
         return True
 
-    def _truncate(self, tokens: int) -> None:
+    def _rollback_to(self, tokens: int) -> None:
         """Keep the first ``tokens`` completion tokens (the logits of position ``tokens`` are kept)."""
         keep = len(self.prompt) + tokens
         del self.ids[keep:]
         del self.reach[tokens + 1:]
-        self.text.truncate(tokens)
+        self.text.rollback_to(tokens)
         for position in [p for p in self.logits if p > tokens]:
             del self.logits[position]
         if self.kv.length > keep:
-            self.kv.rollback(keep, self.ids)
+            self.kv.rollback_to(keep, self.ids)
         if tokens not in self.logits:  # not expected (see _forget_logits); recompute rather than fail
             self.logits[tokens] = self.kv.reprefill(self.ids)
 
@@ -349,7 +351,7 @@ class _Generation:
         tail = self.ids[len(self.prompt) + whole:]
         byte_tokens = self.decoder.byte_tokens()
         piece = bytes(text.data[text.end(whole):cut])
-        matcher.truncate(whole)
+        matcher.rollback_to(whole)
         hit = None
         if all(b in byte_tokens for b in piece):
             for b in piece:
@@ -361,7 +363,7 @@ class _Generation:
         else:
             hit = Hit(UNCHECKED_CUT, "stop", "", whole, tail[0], 0, 0)
         reach = min(matcher.releasable(), whole)
-        matcher.truncate(whole)
+        matcher.rollback_to(whole)
         for token in tail:
             matcher.push(token)
         if hit is not None and hit.start_token >= whole:
@@ -377,13 +379,13 @@ class _Generation:
         """
         if cut_bytes is None:
             if self.matcher is not None:
-                self.matcher.truncate(cut_tokens)
+                self.matcher.rollback_to(cut_tokens)
                 while (hit := self.matcher.finish()) is not None:
                     cut_tokens = hit.start_token
-                    self.matcher.truncate(cut_tokens)
+                    self.matcher.rollback_to(cut_tokens)
             del self.ids[len(self.prompt) + cut_tokens:]
             del self.reach[cut_tokens + 1:]
-            self.text.truncate(cut_tokens)  # raises rather than retract released text
+            self.text.rollback_to(cut_tokens)  # raises rather than retract released text
             cut_bytes = self.text.end(cut_tokens)
         delta = self.text.release(cut_bytes, final=True)
         if delta:

@@ -15,8 +15,8 @@ The decoder applies, per step and in ``generate``'s order (transformers 5.23
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Mapping
 
 import torch
 from transformers import LogitsProcessorList
@@ -32,7 +32,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from guardrail.watermark import DEFAULT_HASHING_KEY, watermark_processor
+from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY, watermark_processor
 
 #: OpenAI's range for ``logit_bias`` values.
 MAX_LOGIT_BIAS = 100.0
@@ -73,7 +73,7 @@ class SamplingParams:
         suppress_tokens: token ids never generated.
         begin_suppress_tokens: token ids not generated as the first completion token.
         repetition_penalty: > 1 penalises tokens already in prompt or answer (1 = off).
-        watermark: add the green-list watermark (:mod:`guardrail.watermark`).
+        watermark: add the green-list watermark (:mod:`guardrail.engines.transformers.watermark`).
         watermark_key: hashing key of the watermark.
         max_rollbacks: rollbacks allowed per request before ``content_filter``.
         max_rollbacks_per_position: rollbacks to one position allowed before ``content_filter``.

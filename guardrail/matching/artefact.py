@@ -1,7 +1,7 @@
 """The compiled artefact: token-level transitions of the banned-term automaton for one tokenizer.
 
-An :class:`Artefact` is built once per (tokenizer, word-list version) by :mod:`guardrail.compiler`,
-shared by every request, and drives :class:`guardrail.token_matcher.TokenMatcher`. A decode step costs
+An :class:`Artefact` is built once per (tokenizer, word-list version) by :mod:`guardrail.matching.compiler`,
+shared by every request, and drives :class:`guardrail.matching.token_matcher.TokenMatcher`. A decode step costs
 one memoised dictionary lookup; the first visit of a (state, token) pair feeds the token's bytes through
 an incremental UTF-8 decoder and the character automata (one per case mode), a few microseconds.
 
@@ -11,14 +11,15 @@ States are interned tuples ``(utf8_pending_bytes, StreamState, ...)``; state id 
 from __future__ import annotations
 
 import codecs
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from guardrail.automaton import START, Automaton, StreamState, symbol_pattern
-from guardrail.term_spec import AllowSpec, TermSpec
-from guardrail.vocab import TokenVocab
-from guardrail.wordlist import MatchMode
+from guardrail.matching.automaton import START, Automaton, StreamState, symbol_pattern
+from guardrail.matching.term_spec import AllowSpec, TermSpec
+from guardrail.matching.vocab import TokenVocab
+from guardrail.wordlists.wordlist import MatchMode
 
 ROOT_STATE = 0
 #: Memoised (state, token) pairs kept before the non-root memo is cleared (bounds a long-lived process).
@@ -80,7 +81,7 @@ class Artefact:
 
     Args:
         vocab: the tokenizer's bytes table (the artefact reads ``vocab.token_bytes``).
-        terms: the flattened terms (:func:`guardrail.term_spec.flatten`).
+        terms: the flattened terms (:func:`guardrail.matching.term_spec.flatten`).
         allows: the allow-terms.
         sweep: precomputed transitions from the text start; computed by the compiler when ``None``.
     """
@@ -299,7 +300,7 @@ class Artefact:
         text, _ = _decode(b"", data)
         for prev_word in (False, True):
             found = False
-            for automaton, ids in zip(self.automata, self.global_ids):
+            for automaton in self.automata:
                 local: list[tuple[int, int]] = []
                 automaton.feed(StreamState(0, prev_word, False, ()), text, local)
                 if any(start >= 0 and not automaton.allowable[term] for term, start in local):

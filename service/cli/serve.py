@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from guardrail.wordlist_selection import split_names
+from guardrail.wordlists.selection import split_names
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -10,10 +10,10 @@ actually kept before it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import Sequence
 
 import torch
 from transformers import WatermarkDetector, WatermarkingConfig
