@@ -24,7 +24,7 @@ import numpy as np
 
 from guardrail.matching.automaton import BOUNDARY, START, Automaton, StreamState, symbol_pattern
 from guardrail.matching.term_spec import AllowSpec, TermSpec
-from guardrail.matching.token_text import TokenTextIndex
+from guardrail.matching.token_text import TokenTextIndex, token_difference, token_set
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
@@ -191,7 +191,7 @@ class Artefact:
             texts = self._node_texts(stream)
             case_sensitive = self.automata[stream].case_sensitive
             found = [index.containing(texts[node], case_sensitive) for node in nodes if texts[node]]
-            yield from np.unique(np.concatenate(found)).tolist() if found else ()
+            yield from token_set(*found).tolist()
             return
         children, tokens_at = self._candidate_index(stream)
         stack, seen = list(nodes), set()
@@ -430,9 +430,9 @@ class Artefact:
                     candidates.append(index.starting_with(rest, case_sensitive))
                     if state.prev_space:  # a leading space of the token is collapsed into the last one
                         candidates.append(index.starting_with(" " + rest, case_sensitive))
-        certain = np.unique(np.concatenate(sure))
-        pool = np.setdiff1d(np.concatenate(candidates), certain)
-        return np.union1d(certain, self._verified(state_id, pool))
+        certain = token_set(*sure)
+        pool = token_difference(token_set(*candidates), certain)
+        return token_set(certain, self._verified(state_id, pool))
 
     def _verified(self, state_id: int, candidates: np.ndarray) -> np.ndarray:
         transition = self.transition
@@ -463,7 +463,7 @@ class Artefact:
             else:
                 index = TokenTextIndex.for_vocab(self.vocab)
                 parts = [index.containing(t.normalized, t.case_sensitive) for t in self.terms]
-                found = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+                found = token_set(*parts)
             self._start_candidates = found
         return found
 

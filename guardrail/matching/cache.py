@@ -14,6 +14,7 @@ recently used files out).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: Artefacts in Redis expire after this many seconds unless used again (content-addressed: safe to drop).
 REDIS_TTL_SECONDS = 30 * 24 * 3600
+#: Default bound of the disk layer: room for ~50 Gemma 3 artefacts of one list (~9.5 MB each: 9 bytes per
+#: token and case mode, two modes) or all 28 bundled lists many times over.
+DEFAULT_MAX_DISK_BYTES = 512 * 1024 * 1024
 
 
 class ArtefactCache:
@@ -41,6 +45,9 @@ class ArtefactCache:
         redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
         cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
         max_memory_items: artefacts kept in the in-process LRU.
+        max_disk_bytes: bound of the disk layer in bytes: after each write, the least recently used
+            files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
+            just written is always kept. ``None``: unbounded.
         key_prefix: Redis key namespace.
         on_lookup: called with the layer name (``memory|redis|disk|compile``) of every lookup.
         on_compile: called with the compile duration in seconds after every compile.
@@ -48,9 +55,13 @@ class ArtefactCache:
 
     def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None, max_memory_items: int = 8,
                  key_prefix: str = "guardrail:", on_lookup: Callable[[str], None] | None = None,
-                 on_compile: Callable[[float], None] | None = None):
+                 on_compile: Callable[[float], None] | None = None,
+                 max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES):
+        if max_disk_bytes is not None and max_disk_bytes < 0:
+            raise ValueError(f"max_disk_bytes must be >= 0 or None, got {max_disk_bytes}")
         self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
         self.max_memory_items = max_memory_items
+        self.max_disk_bytes = max_disk_bytes
         self.key_prefix = key_prefix
         self._on_lookup = on_lookup or (lambda layer: None)
         self._on_compile = on_compile or (lambda seconds: None)
@@ -132,7 +143,12 @@ class ArtefactCache:
         if self.cache_dir is not None:
             path = self.cache_dir / f"{key}.bin"
             if path.exists():
-                artefact = self._decode(path.read_bytes(), vocab, key, str(path))
+                try:
+                    blob = path.read_bytes()
+                    os.utime(path)  # recently used: last out of the bounded disk layer
+                except FileNotFoundError:  # pruned by another process meanwhile: a miss
+                    return None, "compile"
+                artefact = self._decode(blob, vocab, key, str(path))
                 if artefact is not None:
                     return artefact, "disk"
         return None, "compile"
@@ -164,4 +180,27 @@ class ArtefactCache:
             except redis.RedisError as exc:
                 log.warning("redis unavailable for artefact store: %s", exc)
         if self.cache_dir is not None:
-            write_atomically(self.cache_dir / f"{key}.bin", blob)
+            path = self.cache_dir / f"{key}.bin"
+            write_atomically(path, blob)
+            self._prune_disk(keep=path)
+
+    def _prune_disk(self, keep: Path) -> None:
+        """Remove the least recently used artefact files until the layer fits ``max_disk_bytes``."""
+        if self.max_disk_bytes is None:
+            return
+        files = []
+        for path in self.cache_dir.glob("*.bin"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # another process pruned it
+                continue
+            files.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.max_disk_bytes:
+                break
+            if path == keep:
+                continue
+            path.unlink(missing_ok=True)
+            total -= size
+            log.info("artefact disk cache over %d bytes: removed %s", self.max_disk_bytes, path.name)

@@ -21,6 +21,7 @@ import numpy as np
 
 from guardrail.matching.artefact import COMPLETING_LIMIT, MEMO_LIMIT, ROOT_STATE, Artefact, Transition
 from guardrail.matching.automaton import Automaton, StreamState
+from guardrail.matching.token_text import token_set
 
 
 class CombinedArtefact:
@@ -48,7 +49,7 @@ class CombinedArtefact:
         self.stream_of = dict(first.stream_of)
         for term_id, (stream, local) in second.stream_of.items():
             self.stream_of[term_id + self._term_offset] = (stream + self._stream_offset, local)
-        self._always_banned = np.union1d(first.always_banned, second.always_banned)
+        self._always_banned = token_set(first.always_banned, second.always_banned)
         self._lock = threading.Lock()
         self._pairs: list[tuple[int, int]] = [(ROOT_STATE, ROOT_STATE)]
         self._pair_ids: dict[tuple[int, int], int] = {(ROOT_STATE, ROOT_STATE): ROOT_STATE}
@@ -121,7 +122,7 @@ class CombinedArtefact:
         found = self._completing.get(state_id)
         if found is None:
             a, b = self._pairs[state_id]
-            found = np.union1d(self.first.completing_tokens(a), self.second.completing_tokens(b))
+            found = token_set(self.first.completing_tokens(a), self.second.completing_tokens(b))
             with self._lock:
                 if len(self._completing) >= COMPLETING_LIMIT:
                     self._completing.clear()

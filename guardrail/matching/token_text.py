@@ -29,6 +29,37 @@ from guardrail.matching.normalize import fold_char, is_word_char
 _SPACE_RUN = re.compile(" {2,}")
 
 
+def token_set(*arrays: np.ndarray) -> np.ndarray:
+    """``int64[k]``: the sorted union of token-id arrays.
+
+    Sort-based on purpose: numpy 2's hash-based ``np.unique`` (also behind ``union1d``) takes ~0.25 s on a
+    150k-id Gemma 3 mask, sorting takes ~5 ms.
+    """
+    distinct = {id(a): a for a in arrays if len(a)}  # the same class is often passed more than once
+    if not distinct:
+        return np.empty(0, dtype=np.int64)
+    if len(distinct) == 1:
+        (only,) = distinct.values()
+        if np.all(only[1:] > only[:-1]):
+            return only.astype(np.int64, copy=False)
+    arrays = tuple(distinct.values())
+    joined = np.sort(np.concatenate(arrays).astype(np.int64, copy=False))
+    if len(joined) < 2:
+        return joined
+    keep = np.empty(len(joined), dtype=bool)
+    keep[0] = True
+    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
+    return joined[keep]
+
+
+def token_difference(ids: np.ndarray, remove: np.ndarray) -> np.ndarray:
+    """The ids of sorted ``ids`` that are not in sorted ``remove`` (binary search; see :func:`token_set`)."""
+    if not len(remove) or not len(ids):
+        return ids
+    at = np.minimum(np.searchsorted(remove, ids), len(remove) - 1)
+    return ids[remove[at] != ids]
+
+
 def token_text(data: bytes) -> str:
     """The decoded text of a token read from a clean context: invalid bytes as U+FFFD, an unfinished
     trailing UTF-8 character left out (the artefact's incremental decoder keeps it pending)."""
@@ -116,7 +147,7 @@ class _CaseIndex:
             hi = int(np.searchsorted(keys, key, side="right"))
             if hi - lo < best[1] - best[0]:
                 best = (lo, hi)
-        candidates = np.unique(owners[best[0]:best[1]])
+        candidates = token_set(owners[best[0]:best[1]])
         if len(needle) == width:
             return candidates
         texts = self.texts
