@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Artefacts in Redis expire after this many seconds unless used again (content-addressed: safe to drop).
 REDIS_TTL_SECONDS = 30 * 24 * 3600
-#: Default bound of the disk layer: room for ~50 Gemma 3 artefacts of one list (~9.5 MB each: 9 bytes per
-#: token and case mode, two modes) or all 28 bundled lists many times over.
+#: Default bound of the disk layer: ~200 Gemma 3 artefacts of one case mode (9 bytes per token and case
+#: mode plus 1 per token: ~2.6 MB each), ~1000 SmolLM2 ones.
 DEFAULT_MAX_DISK_BYTES = 512 * 1024 * 1024
 
 
