@@ -125,3 +125,18 @@ def test_a_pending_right_boundary_masks_every_token_starting_with_a_non_word_cha
     encode = smollm2_tokenizer.encode
     assert {encode(t, add_special_tokens=False)[0] for t in (" now", ".", "\n", ",")} <= masked
     assert not {encode(t, add_special_tokens=False)[0] for t in ("ing", "er", "s")} & masked
+
+
+@pytest.mark.parametrize("kind", ["request", "combined"])
+@pytest.mark.parametrize("text", ["Please listen", "you idiots", "oh FUCK you all", "I will TALK now", "傻逼"])
+def test_retry_bans_without_a_sweep_equal_those_of_the_stored_compile(artefacts, smollm2_tokenizer, kind, text):
+    """After a hit and its rollback, the tokens banned with the first one do not depend on how the terms
+    were compiled (the request artefact finds its candidates in the token-text index)."""
+    bans = {}
+    for how in ("stored", kind):
+        matcher = TokenMatcher(artefacts["en+request", how])
+        ids = smollm2_tokenizer.encode(text + ".", add_special_tokens=False)
+        hit = next(h for h in (matcher.push(t) for t in ids) if h is not None)
+        matcher.rollback_to(hit.start_token)
+        bans[how] = (hit.term, matcher.retry_bans(hit))
+    assert bans[kind] == bans["stored"]
