@@ -21,6 +21,7 @@ from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_model, load_tokenizer
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
@@ -138,6 +139,7 @@ class Runtime:
         try:
             lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
             self.artefacts.get(self.vocab, lists)
+            TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 
