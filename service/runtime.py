@@ -21,6 +21,7 @@ from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_model, load_tokenizer
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
@@ -35,6 +36,8 @@ from service.worker import GenerationWorker
 log = logging.getLogger("guardrail.service")
 
 _TEXT_MATCHERS_KEPT = 32
+#: The name of the list that carries a request's own terms (``banned_terms``): compiled per request, never cached.
+REQUEST_LIST = "request"
 
 
 def open_store(settings: Settings) -> WordListStore:
@@ -122,14 +125,21 @@ class Runtime:
 
     def _stream(self, prompt_ids: Sequence[int], wordlists: tuple[WordList, ...], params: SamplingParams,
                 cancel: threading.Event) -> Iterator[Event]:
-        """The decoder stream of one choice (runs on a worker thread); no lists = no guard."""
-        artefact = self.artefacts.get(self.vocab, wordlists)[0] if wordlists else None
+        """The decoder stream of one choice (runs on a worker thread); no lists = no guard.
+
+        The request's own terms (the list named :data:`REQUEST_LIST`) are compiled apart in milliseconds
+        and combined with the stored lists' cached artefact (docs/matching.md).
+        """
+        stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
+        own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
+        artefact = self.artefacts.get_with_request(self.vocab, stored, own)
         return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:
         try:
             lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
             self.artefacts.get(self.vocab, lists)
+            TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 import redis
@@ -107,3 +110,41 @@ def test_no_terms_compiles_to_an_artefact_that_never_matches(tmp_path, smollm2_v
     assert [matcher.push(t) for t in ids] == [None] * len(ids) and matcher.finish() is None
     assert matcher.releasable() == len(ids)
     assert ArtefactCache(None, tmp_path).get(smollm2_vocab, [])[1] == "disk"
+
+
+def test_disk_layer_is_bounded_least_recently_used_out(smollm2_vocab, tmp_path):
+    """Three artefacts, room for two: the one not used since it was written goes, the one read back stays."""
+    lists = [[wordlist_from_terms([word])] for word in ("alpha", "bravo", "delta")]
+    sizes = []
+    for one in lists[:2]:
+        ArtefactCache(None, tmp_path).get(smollm2_vocab, one)
+        sizes.append(sum(p.stat().st_size for p in (tmp_path / "artefacts").glob("*.bin")))
+    per_file = sizes[0]
+    assert sizes[1] == 2 * per_file  # same vocab and stream count: same size
+    names = [f"{artefact_key(smollm2_vocab, one)}.bin" for one in lists]
+    now = time.time_ns()
+    for name, age_s in ((names[0], 20), (names[1], 10)):  # written 20 s and 10 s ago
+        os.utime(tmp_path / "artefacts" / name, ns=(now - age_s * 10**9,) * 2)
+    cache = ArtefactCache(None, tmp_path, max_disk_bytes=2 * per_file)
+    assert cache.get(smollm2_vocab, lists[0])[1] == "disk"  # read back: now the most recently used
+    assert cache.get(smollm2_vocab, lists[2])[1] == "compile"
+    kept = sorted(p.name for p in (tmp_path / "artefacts").glob("*.bin"))
+    assert kept == sorted([names[0], names[2]])
+
+
+def test_request_terms_are_combined_at_run_time_and_never_stored(redis_url, redis_prefix, smollm2_vocab,
+                                                                 smollm2_tokenizer, tmp_path):
+    stored = [bundled_wordlist("en")]
+    own = [wordlist_from_terms(["zorblax", "listen"])]
+    cache = ArtefactCache(redis_url, tmp_path, key_prefix=redis_prefix)
+    artefact = cache.get_with_request(smollm2_vocab, stored, own)
+    files = list((tmp_path / "artefacts").glob("*.bin"))
+    assert [p.name for p in files] == [f"{artefact_key(smollm2_vocab, stored)}.bin"]
+    client = redis.Redis.from_url(redis_url)
+    assert [k.decode() for k in client.scan_iter(f"{redis_prefix}*")] == [
+        cache.redis_key(artefact_key(smollm2_vocab, stored))]
+    matcher = TokenMatcher(artefact)
+    hits = [matcher.push(t) for t in smollm2_tokenizer.encode("I said zorblax now", add_special_tokens=False)]
+    assert any(h is not None and h.term == "zorblax" and h.list_name == "request" for h in hits)
+    assert cache.get_with_request(smollm2_vocab, stored, []) is cache.get(smollm2_vocab, stored)[0]
+    assert cache.get_with_request(smollm2_vocab, [], []) is None

@@ -4,11 +4,17 @@ Keys are content addresses (:func:`guardrail.matching.compiler.artefact_key`), s
 compiler can never be served a stale artefact, and replicas sharing Redis share compiles. A blob that
 fails to decode (corrupt, foreign, other version) is treated as a miss: recompiled and overwritten.
 Redis errors are treated as misses too (the service reports Redis health separately).
+
+A request's own terms never go through the layers: :meth:`ArtefactCache.get_with_request` compiles them
+apart in milliseconds (no vocab sweep) and combines them with the stored lists' artefact at run time;
+nothing of them is written to disk or Redis. The disk layer is bounded (``max_disk_bytes``, least
+recently used files out).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -18,7 +24,8 @@ from pathlib import Path
 from guardrail.atomic_file import write_atomically
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encode_artefact
-from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.matching.combined import CombinedArtefact
+from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import WordList
 
@@ -26,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: Artefacts in Redis expire after this many seconds unless used again (content-addressed: safe to drop).
 REDIS_TTL_SECONDS = 30 * 24 * 3600
+#: Default bound of the disk layer: ~200 Gemma 3 artefacts of one case mode (9 bytes per token and case
+#: mode plus 1 per token: ~2.6 MB each), ~1000 SmolLM2 ones.
+DEFAULT_MAX_DISK_BYTES = 512 * 1024 * 1024
 
 
 class ArtefactCache:
@@ -35,6 +45,9 @@ class ArtefactCache:
         redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
         cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
         max_memory_items: artefacts kept in the in-process LRU.
+        max_disk_bytes: bound of the disk layer in bytes: after each write, the least recently used
+            files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
+            just written is always kept. ``None``: unbounded.
         key_prefix: Redis key namespace.
         on_lookup: called with the layer name (``memory|redis|disk|compile``) of every lookup.
         on_compile: called with the compile duration in seconds after every compile.
@@ -42,9 +55,13 @@ class ArtefactCache:
 
     def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None, max_memory_items: int = 8,
                  key_prefix: str = "guardrail:", on_lookup: Callable[[str], None] | None = None,
-                 on_compile: Callable[[float], None] | None = None):
+                 on_compile: Callable[[float], None] | None = None,
+                 max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES):
+        if max_disk_bytes is not None and max_disk_bytes < 0:
+            raise ValueError(f"max_disk_bytes must be >= 0 or None, got {max_disk_bytes}")
         self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
         self.max_memory_items = max_memory_items
+        self.max_disk_bytes = max_disk_bytes
         self.key_prefix = key_prefix
         self._on_lookup = on_lookup or (lambda layer: None)
         self._on_compile = on_compile or (lambda seconds: None)
@@ -90,6 +107,24 @@ class ArtefactCache:
         self._on_lookup(layer)
         return found, layer
 
+    def get_with_request(self, vocab: TokenVocab, stored: Sequence[WordList],
+                         request: Sequence[WordList]) -> Artefact | CombinedArtefact | None:
+        """The artefact guarding ``stored`` lists (through the cache layers) plus a request's own lists.
+
+        The request's terms are compiled apart without a vocab sweep
+        (:func:`~guardrail.matching.compiler.compile_request_artefact`, milliseconds, never stored) and
+        combined with the stored artefact (:class:`~guardrail.matching.combined.CombinedArtefact`).
+        Returns ``None`` when there are no lists at all (unguarded decoding).
+
+        Raises:
+            WordListError: if a list does not compile.
+        """
+        own = [wl for wl in request if wl.terms]
+        if not own:
+            return self.get(vocab, stored)[0] if stored else None
+        extra = compile_request_artefact(vocab, own, alongside=stored)
+        return CombinedArtefact(self.get(vocab, stored)[0], extra) if stored else extra
+
     def _remember(self, key: str, artefact: Artefact) -> None:
         with self._lock:
             self._memory[key] = artefact
@@ -108,7 +143,12 @@ class ArtefactCache:
         if self.cache_dir is not None:
             path = self.cache_dir / f"{key}.bin"
             if path.exists():
-                artefact = self._decode(path.read_bytes(), vocab, key, str(path))
+                try:
+                    blob = path.read_bytes()
+                    os.utime(path)  # recently used: last out of the bounded disk layer
+                except FileNotFoundError:  # pruned by another process meanwhile: a miss
+                    return None, "compile"
+                artefact = self._decode(blob, vocab, key, str(path))
                 if artefact is not None:
                     return artefact, "disk"
         return None, "compile"
@@ -140,4 +180,27 @@ class ArtefactCache:
             except redis.RedisError as exc:
                 log.warning("redis unavailable for artefact store: %s", exc)
         if self.cache_dir is not None:
-            write_atomically(self.cache_dir / f"{key}.bin", blob)
+            path = self.cache_dir / f"{key}.bin"
+            write_atomically(path, blob)
+            self._prune_disk(keep=path)
+
+    def _prune_disk(self, keep: Path) -> None:
+        """Remove the least recently used artefact files until the layer fits ``max_disk_bytes``."""
+        if self.max_disk_bytes is None:
+            return
+        files = []
+        for path in self.cache_dir.glob("*.bin"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # another process pruned it
+                continue
+            files.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.max_disk_bytes:
+                break
+            if path == keep:
+                continue
+            path.unlink(missing_ok=True)
+            total -= size
+            log.info("artefact disk cache over %d bytes: removed %s", self.max_disk_bytes, path.name)
