@@ -211,12 +211,7 @@ class GuardSession:
     def completing_ids(self) -> np.ndarray:
         """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
         memoised per state by the matcher); empty when unguarded. What a mask-only engine masks."""
-        if self.matcher is None:
-            return _NO_IDS
-        completing = getattr(self.matcher, "completing_tokens", None)
-        if completing is not None:
-            return completing()
-        return _completing_by_sweep(self.matcher)
+        return _NO_IDS if self.matcher is None else self.matcher.completing_tokens()
 
     def mask_ids(self) -> np.ndarray:
         """For mask-only engines: :attr:`always_banned` ∪ :meth:`completing_ids`, plus the EOS ids when ending
@@ -456,15 +451,3 @@ class GuardSession:
             hit = replace(hit, start_token=whole, first_token=tail[0])
         return reach, hit
 
-
-def _completing_by_sweep(matcher: TokenMatcher) -> np.ndarray:
-    """Every vocab id that completes a term from the matcher's state, by trying each one (O(vocab) per new
-    state). Stand-in until ``TokenMatcher.completing_tokens`` (the memoised mask primitive) lands."""
-    length = len(matcher)
-    hits = []
-    for token_id in range(len(matcher.artefact.vocab)):
-        if matcher.push(token_id) is not None:
-            hits.append(token_id)
-        else:
-            matcher.rollback_to(length)
-    return np.asarray(hits, dtype=np.int64)
