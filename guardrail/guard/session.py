@@ -328,15 +328,22 @@ class GuardSession:
             RuntimeError: after :meth:`finish`, or when mixed with :meth:`accept`.
         """
         self._enter("mask")
-        matcher = self.matcher
         if token_id in self.eos_ids:
-            hit = matcher.finish() if matcher is not None else None
-        else:
-            hit = matcher.push(token_id) if matcher is not None else None
-            if hit is not None:
-                self.matcher = TokenMatcher(self.artefact)
-            self._tokens.append(token_id)
-            self.text.append(token_id)
+            return self.text_ends()
+        matcher = self.matcher
+        hit = matcher.push(token_id) if matcher is not None else None
+        if hit is not None:
+            self.matcher = TokenMatcher(self.artefact)
+            self.missed.append(hit)
+        self._tokens.append(token_id)
+        self.text.append(token_id)
+        return hit
+
+    def text_ends(self) -> Hit | None:
+        """Mask-only engines: the text ended here (EOS, a length limit): the end-of-text check, a hit
+        recorded in :attr:`missed` (a ``word`` term standing at the very end)."""
+        self._enter("mask")
+        hit = self.matcher.finish() if self.matcher is not None else None
         if hit is not None:
             self.missed.append(hit)
         return hit
