@@ -56,7 +56,7 @@ class GenerationRequest:
     Attributes:
         prompt_ids: prompt token ids, shape ``(prompt_len,)``.
         wordlists: the lists to enforce (stored lists plus the request's own terms).
-        params: sampling parameters; with ``n > 1`` choice ``i`` uses ``seed + i`` when a seed is set.
+        params: sampling parameters; with ``n > 1`` choice ``i`` uses ``(seed + i) % 2**63`` when a seed is set.
         n: number of choices, generated one after another.
         log_fields: extra structured-log fields (never prompt text unless the debug flag allows it).
         log_text: also log the completions' text (``GUARDRAIL_DEBUG_LOG_PROMPTS``).
@@ -255,7 +255,8 @@ class GenerationWorker:
         request = job.request
         params = request.params
         if request.n > 1 and params.seed is not None:
-            params = replace(params, seed=params.seed + index)
+            # Modulo: a seed near 2**63 must still give n valid, distinct seeds (the generator takes < 2**63).
+            params = replace(params, seed=(params.seed + index) % 2**63)
         try:
             stream = self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel)
             first = next(stream, None)

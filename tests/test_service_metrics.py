@@ -44,7 +44,7 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     usage_event = [line for line in streamed.text.splitlines() if '"usage"' in line][-1]
     streamed_usage = json.loads(usage_event.removeprefix("data: "))["usage"]
     assert service.post("/v1/check", json={"text": "hello"}, headers=AUTH).status_code == 200
-    assert service.chat(temperature=9).status_code == 422
+    assert service.chat(temperature=9).status_code == 400
     assert service.chat(model="gpt-4o").status_code == 404
     after = service.metrics()
 
@@ -53,7 +53,7 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
 
     chat_endpoint = "/v1/chat/completions"
     assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="200") == 2
-    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="422") == 1
+    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="400") == 1
     assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="404") == 1
     assert grew("guardrail_requests_total", endpoint="/v1/check", status="200") == 1
     assert grew("guardrail_request_duration_seconds_count", endpoint=chat_endpoint) == 4

@@ -99,7 +99,7 @@ def _allow_terms(name: str, allow: list[str]) -> tuple[str, ...]:
     """Allow-terms validated by the core's word-list parser (one ``!term`` line each)."""
     for index, text in enumerate(allow):
         if "\n" in text:  # would split into two lines, i.e. two allow-terms
-            raise ApiError(422, "allow-term contains a line break", param=f"allow.{index}", code="invalid_term")
+            raise ApiError(400, "allow-term contains a line break", param=f"allow.{index}", code="invalid_term")
     try:
         return parse_wordlist("\n".join("!" + text for text in allow), name, source="<request>").allow
     except WordListError as exc:

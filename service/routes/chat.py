@@ -70,7 +70,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     _reject_unsupported(body)
     # "developer" is OpenAI's newer name for the system role.
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-    prompt_ids = prompt_token_ids(runtime, "messages", messages=messages)
+    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages

@@ -77,7 +77,7 @@ async def create_completion(body: CompletionRequest, request: Request,
         prompt_ids = list(prompt)
     else:
         text = prompt[0] if isinstance(prompt, list) else prompt
-        prompt_ids = prompt_token_ids(runtime, "prompt", prompt=text)
+        prompt_ids = await prompt_token_ids(runtime, "prompt", prompt=text)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = prompt
