@@ -108,6 +108,11 @@ class ServiceMetrics:
             if with_redis
             else None
         )
+        self.store_resets = Counter(
+            "guardrail_store_resets",
+            "Times the word-list store was found to have lost its data (Redis restarted without persistence).",
+            registry=r,
+        )
         self.wordlist_version = Gauge(
             "guardrail_wordlist_version", "Current version number of each word list.", ["list"], registry=r
         )

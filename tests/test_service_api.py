@@ -199,7 +199,8 @@ def test_bad_input_is_answered_in_openai_error_shape_naming_the_field(openai_cli
     assert failure.value.status_code == status
     error = error_of(failure.value)
     assert error["param"] == param, error
-    assert error["type"] == "invalid_request_error"  # OpenAI's type for a bad request and an unknown model
+    # OpenAI's type for a bad request and for an unknown model; a missing word list is a missing resource.
+    assert error["type"] == ("not_found_error" if param == "wordlists" else "invalid_request_error")
 
 
 def test_a_wrong_api_key_is_refused(service):
