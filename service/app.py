@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=_lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None)
+    app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None, model=settings.model)
     install_error_handlers(app)
     default_openapi = app.openapi
 

@@ -43,6 +43,7 @@ ALERT_NAMES = {
     "GuardrailRollbackRateSpike",
     "GuardrailRedisDown",
     "GuardrailTimeToFirstTokenP99High",
+    "GuardrailStoreDataLost",
     "GuardrailHigh5xxRate",
 }
 
@@ -350,7 +351,7 @@ def rules_file() -> dict:
     return yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
 
 
-def test_alert_rules_file_holds_the_five_alerts():
+def test_alert_rules_file_holds_the_six_alerts():
     alerts = {rule["alert"] for group in rules_file()["groups"] for rule in group["rules"]}
     assert alerts == ALERT_NAMES
 
@@ -481,7 +482,11 @@ def test_dashboard_queries_are_valid_promql_filtered_by_the_variables(tools, tmp
         ("Time to first token percentiles", "histogram_quantile(0.99, sum by (endpoint, le) (rate(guardrail_time_to_first_token_seconds_bucket"),
         ("Tokens per second", "rate(guardrail_generated_tokens_total"),
         ("Rollbacks by list", "sum by (list) (rate(guardrail_rollbacks_total"),
-        ("Banned-term hits by list", "sum by (list) (rate(guardrail_banned_term_hits_total"),
+        ("Queue time and end-to-end latency", "rate(guardrail_request_queue_time_seconds_bucket"),
+        ("Queue time and end-to-end latency", "rate(guardrail_e2e_request_latency_seconds_bucket"),
+        ("Time per output token percentiles", "rate(guardrail_time_per_output_token_seconds_bucket"),
+        ("Versions and models", "guardrail_build_info"),
+        ("Store data losses", "guardrail_store_resets_total"),
         ("Artefact cache hit ratio by layer", "sum by (layer) (rate(guardrail_artefact_cache_lookups_total"),
         ("Queue depth and in-flight requests", "guardrail_queue_depth"),
         ("Redis up", "guardrail_redis_up"),

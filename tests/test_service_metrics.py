@@ -65,10 +65,26 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     passes = chat["usage"]["forward_passes"] + streamed_usage["forward_passes"]
     assert grew("guardrail_forward_passes_total") == passes
     assert grew("guardrail_rollbacks_total", list="request") == streamed_usage["rollbacks"] >= 1
-    assert grew("guardrail_banned_term_hits_total", list="request") == streamed_usage["rollbacks"]
+    prompts = chat["usage"]["prompt_tokens"] + streamed_usage["prompt_tokens"]
+    assert grew("guardrail_prompt_tokens_total") == prompts
+    assert grew("guardrail_request_queue_time_seconds_count") == 2
+    assert grew("guardrail_e2e_request_latency_seconds_count") == 2
+    assert grew("guardrail_time_per_output_token_seconds_count") >= 1  # choices with 2+ tokens after text
     lookups = sum(grew("guardrail_artefact_cache_lookups_total", layer=layer)
                   for layer in ("memory", "redis", "disk", "compile"))
     assert lookups == 2  # one artefact lookup per generation
     assert metric(after, "guardrail_inflight_requests") == 1  # the scrape itself
     assert metric(after, "guardrail_queue_depth") == 0
     assert metric(after, "guardrail_wordlist_version", list="en") >= 1
+
+
+def test_build_info_names_the_version_and_the_model(service):
+    import guardrail
+
+    assert metric(service.metrics(), "guardrail_build_info", version=guardrail.__version__, model=MODEL) == 1
+
+
+def test_time_to_first_token_buckets_reach_past_two_minutes(service):
+    bounds = [float(b) for b in re.findall(r'guardrail_time_to_first_token_seconds_bucket\{[^}]*le="([0-9.e+]+)"',
+                                           service.metrics())]
+    assert max(bounds) >= 120  # waits of 63 s were measured; the old buckets ended at 30 s
