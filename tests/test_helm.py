@@ -37,7 +37,9 @@ NAMESPACE = "guardrail"
 KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 DEFAULT_KINDS = {"ServiceAccount", "Secret", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"}
-PRODUCTION_KINDS = DEFAULT_KINDS | {"StatefulSet", "HorizontalPodAutoscaler"} | CRD_KINDS
+PRODUCTION_KINDS = DEFAULT_KINDS | {"StatefulSet", "HorizontalPodAutoscaler", "Ingress"} | CRD_KINDS
+# What a cluster with the Prometheus Operator reports (helm template has no cluster to ask).
+OPERATOR_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
 ALERT_NAMES = {
     "GuardrailContentFilterRateHigh",
     "GuardrailRollbackRateSpike",
@@ -69,9 +71,13 @@ def helm(tools: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([tools["helm"], *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = ()) -> list[dict]:
-    """``helm template`` of the chart with value files and ``--set`` pairs, as a list of manifests."""
+def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = (),
+           api_versions: tuple[str, ...] = OPERATOR_APIS) -> list[dict]:
+    """``helm template`` of the chart with value files and ``--set`` pairs, as a list of manifests, for a
+    cluster that serves ``api_versions`` (default: one with the Prometheus Operator's CRDs)."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for api in api_versions:
+        args += ["--api-versions", api]
     for path in values:
         args += ["--values", path]
     for pair in sets:
@@ -82,8 +88,10 @@ def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = ()) -> l
 
 
 def render_error(tools: dict[str, str], *sets: str) -> str:
-    """stderr of a ``helm template`` that must fail."""
+    """stderr of a ``helm template`` that must fail (on a cluster with the Prometheus Operator)."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for api in OPERATOR_APIS:
+        args += ["--api-versions", api]
     for pair in sets:
         args += ["--set", pair]
     result = helm(tools, *args)
@@ -122,6 +130,34 @@ def test_chart_passes_helm_lint_strict(tools, values):
     result = helm(tools, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
+
+
+def test_operator_objects_render_only_where_the_cluster_has_their_crds(tools):
+    without = render(tools, str(PRODUCTION_VALUES), api_versions=())
+    assert {m["kind"] for m in without} == PRODUCTION_KINDS - CRD_KINDS
+    only_monitor = render(tools, str(PRODUCTION_VALUES), api_versions=OPERATOR_APIS[:1])
+    assert {m["kind"] for m in only_monitor} & CRD_KINDS == {"ServiceMonitor"}
+
+
+def test_the_ingress_routes_its_hosts_to_the_service(production_manifests):
+    ingress = only(production_manifests, "Ingress")
+    service = only(production_manifests, "Service", "-guardrail")
+    rule = ingress["spec"]["rules"][0]
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": service["metadata"]["name"], "port": {"name": service["spec"]["ports"][0]["name"]}}
+    assert ingress["spec"]["tls"][0]["hosts"] == [rule["host"]]
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+
+
+def test_valkey_can_replace_the_redis_image(tools):
+    manifests = render(tools, str(PRODUCTION_VALUES), sets=("redis.server=valkey", "redis.image.repository=valkey/valkey",
+                                                            "redis.image.tag=8.1-alpine"))
+    container = only(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "valkey/valkey:8.1-alpine"
+    assert "exec valkey-server /etc/redis/redis.conf" in container["command"][-1]
+    assert container["livenessProbe"]["exec"]["command"][0] == "valkey-cli"
+    assert "VALKEYCLI_AUTH" in {e["name"] for e in container["env"]}
+    assert "valkey" in render_error(tools, "redis.enabled=true", "redis.server=keydb")
 
 
 def test_default_values_render_a_single_replica_without_redis_or_operator_objects(default_manifests):
