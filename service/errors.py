@@ -161,6 +161,14 @@ ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+def documented_errors(**descriptions: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries in the error shape: ``documented_errors(e404="Unknown model.")``."""
+    return {int(key.removeprefix("e")): {
+        "description": text,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    } for key, text in descriptions.items()}
+
+
 def openapi_with_400(schema: dict[str, Any]) -> dict[str, Any]:
     """FastAPI documents validation errors as 422 ``HTTPValidationError``; this service answers them with
     400 in OpenAI's error shape: rewrite every operation's 422 response accordingly (in place)."""

@@ -24,13 +24,21 @@ from starlette.concurrency import run_in_threadpool
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta, Usage
 from guardrail.prompts import prompt_ids
-from service.errors import ApiError, error_body
+from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.worker import ChoiceEvent, GenerationFailed, GenerationRejected, GenerationRequest, Job, QueueFull
 
 SSE_DONE = "data: [DONE]\n\n"
+#: The error answers of both generation routes (OpenAPI ``responses``); 400 is added for every route.
+GENERATION_ERRORS = documented_errors(
+    e401="Missing or unknown API key (when GUARDRAIL_API_KEYS is set).",
+    e404="Unknown model (code model_not_found) or word list (code wordlist_not_found).",
+    e413="Body or request terms beyond the server's limits.",
+    e429="The generation queue is full: retry after Retry-After seconds.",
+    e500="The generation failed.",
+)
 T = TypeVar("T")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _DISCONNECT_POLL_S = 0.25

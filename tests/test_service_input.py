@@ -96,6 +96,12 @@ def test_a_temperature_below_1e_5_decodes_greedily(openai_client):
         assert answer.choices[0].message.content == greedy
 
 
+def test_a_repetition_penalty_near_zero_still_answers(service):
+    # Found by schemathesis: dividing logits by 1e-300 overflows to inf, softmax gives NaN, multinomial failed.
+    response = service.chat(temperature=1.0, repetition_penalty=1e-300, max_tokens=3, seed=1)
+    assert response.status_code == 200, response.text
+
+
 # -- 4. the largest seed with n > 1 ----------------------------------------------------------------------------
 
 

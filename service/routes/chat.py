@@ -11,7 +11,7 @@ from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import Completion, prepare, prompt_token_ids, respond
+from service.generation import GENERATION_ERRORS, Completion, prepare, prompt_token_ids, respond
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -62,7 +62,8 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
 @router.post(
     "/chat/completions",
     response_model=ChatCompletion,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"}},
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"},
+               **GENERATION_ERRORS},
     summary="Chat completion with banned terms enforced during decoding",
 )
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends
 from guardrail.matching.textmatch import TextMatcher
 from service.auth import require_client
 from service.deps import RuntimeDep
+from service.errors import documented_errors
 from service.request_lists import request_list, stored_lists
 from service.schemas.check import MAX_CHECK_MATCHES, CheckMatch, CheckRequest, CheckResponse, ListVersion
 
@@ -16,7 +17,8 @@ router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_c
 
 
 @router.post("/check", response_model=CheckResponse, summary="Scan a text for banned terms",
-             responses={404: {"description": "Unknown word list."}})
+             responses=documented_errors(e401="Missing or unknown API key.", e404="Unknown word list.",
+                                         e413="Body or request terms beyond the server's limits."))
 def check(body: CheckRequest, runtime: RuntimeDep) -> CheckResponse:
     """Every occurrence of a term of the chosen lists (and of ``banned_terms``), overlapping ones too;
     the first ``MAX_CHECK_MATCHES`` (1000) by position are listed, ``match_count`` counts them all.

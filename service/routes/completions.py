@@ -11,7 +11,7 @@ from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import Completion, prepare, prompt_token_ids, respond
+from service.generation import GENERATION_ERRORS, Completion, prepare, prompt_token_ids, respond
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -63,7 +63,8 @@ def _reject_unsupported(body: CompletionRequest) -> None:
 @router.post(
     "/completions",
     response_model=TextCompletion,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"}},
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"},
+               **GENERATION_ERRORS},
     summary="Text completion of a raw prompt with banned terms enforced during decoding",
 )
 async def create_completion(body: CompletionRequest, request: Request,

@@ -338,11 +338,18 @@ class TokenPicker:
             self.generator.manual_seed(params.seed)
 
     def pick(self, scores: torch.Tensor) -> int | None:
-        """A token id from ``scores`` (``(1, vocab)`` float), or ``None`` when every score is ``-inf``."""
+        """A token id from ``scores`` (``(1, vocab)`` float), or ``None`` when every score is ``-inf``.
+
+        Scores of ``+inf`` (a processor overflowed: ``repetition_penalty`` near 0 divides by ~0) are
+        answered with the argmax, softmax's limit as the scores grow; NaN scores count as ``-inf``. So
+        no accepted parameter can make ``torch.multinomial`` fail.
+        """
+        scores = torch.nan_to_num(scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
         best = int(scores.argmax())
-        if scores[0, best] == -math.inf:
+        top = scores[0, best]
+        if top == -math.inf:
             return None
-        if self.greedy:
+        if self.greedy or top == math.inf:
             return best
         probs = torch.softmax(scores, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generator))
