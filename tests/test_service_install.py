@@ -53,6 +53,7 @@ def test_make_install_and_the_image_use_the_constraints_and_the_cpu_index():
     assert "TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu" in makefile
     install = [line.strip() for line in makefile.splitlines() if line.startswith("\t$(BIN)/pip install")]
     assert "--extra-index-url $(TORCH_INDEX_URL)" in install[0] and install[0].endswith("torch")
+    assert "--no-deps" in install[0]  # only torch from the CPU index; its dependencies from the regular one
     assert all("-c $(CONSTRAINTS)" in line for line in install if "requirements-models" not in line)
     assert "torch.version.cuda" in makefile  # a CUDA build is refused unless asked for
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
