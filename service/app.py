@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 import guardrail
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.observability import BodyLimitMiddleware, ObservabilityMiddleware
@@ -51,8 +51,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=_lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None)
+    app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None, model=settings.model)
     install_error_handlers(app)
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_with_400(default_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     for router in (chat.router, completions.router, models.router, check.router, watermark.router,
                    admin.router, health.router):
         app.include_router(router)

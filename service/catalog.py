@@ -5,7 +5,9 @@ re-reading the store's version index every ``poll_interval_s`` (the truth) and a
 notification arrives (Redis pub/sub: a hint). A change made on this replica is applied here right
 after the store accepted it. When the store does not answer, the copy keeps serving the last versions
 seen and :attr:`WordListCatalog.healthy` turns false; on recovery the default lists are seeded again if
-the store lost them (a Redis restarted without persistence).
+the store lost them. A store that lost its data while answering (a Redis restarted without persistence
+between two polls; the store notices it from its epoch, see :mod:`service.stores.redis_store`) is
+re-seeded too, counted in ``guardrail_store_resets_total`` and reported by ``/readyz``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class WordListCatalog:
         self.healthy = False
         self._known = False  # no refresh finished yet: the first result is not a change of health
         self.last_error: str | None = None
+        self._resets_seen = 0  # store.resets already handled (counted, re-seeded)
 
     # -- reading (lock-free: the dict is replaced, never mutated) -----------------------------------
     def names(self) -> list[str]:
@@ -121,11 +124,17 @@ class WordListCatalog:
         """Bring the copy up to the store's versions; records health instead of raising."""
         with self._lock:
             try:
-                if not self.healthy:
+                versions = self.store.versions()
+                resets = getattr(self.store, "resets", 0)
+                lost = resets - self._resets_seen  # data losses the store noticed since the last refresh
+                if lost:
+                    self._metrics.store_resets.inc(lost)
+                    self._resets_seen = resets
+                if not self.healthy or lost:
                     created = seed(self.store, self._defaults())
                     if created:
                         log.info("seeded word lists", extra={"lists": created})
-                versions = self.store.versions()
+                        versions = self.store.versions()
                 lists = {n: s for n, s in self._lists.items() if versions.get(n) == s.version}
                 for name in versions:
                     if name not in lists:

@@ -35,10 +35,14 @@ def error_type(status: int) -> str:
 
 
 def error_body(
-    message: str, *, status: int, param: str | None = None, code: str | None = None
+    message: str, *, status: int, param: str | None = None, code: str | None = None, type_: str | None = None
 ) -> dict[str, Any]:
-    """The JSON body of an error (also sent as the last SSE event of a stream that failed)."""
-    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+    """The JSON body of an error (also sent as the last SSE event of a stream that failed).
+
+    ``type_`` overrides the type derived from ``status`` (OpenAI answers an unknown model with 404 and
+    ``invalid_request_error``).
+    """
+    return {"error": {"message": message, "type": type_ or error_type(status), "param": param, "code": code}}
 
 
 class ApiError(Exception):
@@ -50,6 +54,7 @@ class ApiError(Exception):
         param: the request field at fault, if any.
         code: a stable machine-readable code (``"model_not_found"``, ``"queue_full"``).
         headers: extra response headers (``Retry-After``, ``WWW-Authenticate``, ``ETag``).
+        type_: ``error.type`` when it is not the one of ``status`` (:func:`error_type`).
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
+        type_: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -67,10 +73,11 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
+        self.type = type_
 
     def response(self) -> JSONResponse:
         return JSONResponse(
-            error_body(self.message, status=self.status, param=self.param, code=self.code),
+            error_body(self.message, status=self.status, param=self.param, code=self.code, type_=self.type),
             status_code=self.status,
             headers=self.headers,
         )
@@ -111,7 +118,8 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     message = "Invalid request: " + "; ".join(described)
     if len(shown) > 5:
         message += f" (and {len(shown) - 5} more)"
-    return JSONResponse(error_body(message, status=422, param=param, code="invalid_value"), status_code=422)
+    # 400, not FastAPI's 422: OpenAI and vLLM answer 400, which the official client raises as BadRequestError.
+    return JSONResponse(error_body(message, status=400, param=param, code="invalid_value"), status_code=400)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -138,3 +146,41 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"error_class": type(exc).__name__})
         return JSONResponse(error_body("Internal server error.", status=500), status_code=500)
+
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}},
+    }},
+}
+
+
+def documented_errors(**descriptions: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries in the error shape: ``documented_errors(e404="Unknown model.")``."""
+    return {int(key.removeprefix("e")): {
+        "description": text,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    } for key, text in descriptions.items()}
+
+
+def openapi_with_400(schema: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI documents validation errors as 422 ``HTTPValidationError``; this service answers them with
+    400 in OpenAI's error shape: rewrite every operation's 422 response accordingly (in place)."""
+    schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None:
+                responses.setdefault("400", {
+                    "description": "Invalid request: `error.param` names the field",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                })
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(name, None)
+    return schema

@@ -8,6 +8,7 @@ which they describe with a :class:`ResponseShape`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -18,17 +19,26 @@ from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta, Usage
 from guardrail.prompts import prompt_ids
-from service.errors import ApiError, error_body
+from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.worker import ChoiceEvent, GenerationFailed, GenerationRejected, GenerationRequest, Job, QueueFull
 
 SSE_DONE = "data: [DONE]\n\n"
+#: The error answers of both generation routes (OpenAPI ``responses``); 400 is added for every route.
+GENERATION_ERRORS = documented_errors(
+    e401="Missing or unknown API key (when GUARDRAIL_API_KEYS is set).",
+    e404="Unknown model (code model_not_found) or word list (code wordlist_not_found).",
+    e413="Body or request terms beyond the server's limits.",
+    e429="The generation queue is full: retry after Retry-After seconds.",
+    e500="The generation failed.",
+)
 T = TypeVar("T")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _DISCONNECT_POLL_S = 0.25
@@ -106,12 +116,10 @@ class Prepared:
 
 
 def _reject_unsupported(body: GenerationFields) -> None:
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(body, name):
-            raise ApiError(400, f"{name} is not supported (use repetition_penalty)", param=name,
-                           code="unsupported_parameter")
-    if body.logprobs:
-        raise ApiError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
+    name = body.unsupported_field()
+    if name is not None:
+        raise ApiError(400, f"{name} is not supported yet by this server; remove it from the request",
+                       param=name, code="unsupported_parameter")
 
 
 def _named_field(message: str) -> str | None:
@@ -120,14 +128,45 @@ def _named_field(message: str) -> str | None:
     return head if head in SamplingParams.field_names() else None
 
 
-def prompt_token_ids(runtime: Runtime, param: str, **prompt: Any) -> list[int]:
-    """``guardrail.prompts.prompt_ids`` for the served tokenizer (``prompt=`` text or ``messages=``).
+@functools.cache
+def max_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` can stand for: the longest token string of its vocab.
+
+    A byte-level BPE token string has one character per byte and a SentencePiece one at least one per
+    character it covers, so a text of ``c`` characters needs at least ``ceil(c / max_token_chars)``
+    tokens. Computed once per tokenizer (cached on its identity).
+    """
+    return max((len(token) for token in tokenizer.get_vocab()), default=1) or 1
+
+
+def check_prompt_chars(runtime: Runtime, param: str, chars: int) -> None:
+    """Refuse a prompt that cannot fit the model's context, from its length alone (no tokenizing).
 
     Raises:
-        ApiError: 400 naming ``param`` (``messages``, ``prompt``) when the core rejects the prompt.
+        ApiError: 400 ``context_length_exceeded`` naming ``param`` when ``chars`` characters need more
+            tokens than the context holds, whatever the tokenization.
     """
+    at_least = -(-chars // max_token_chars(runtime.tokenizer))
+    if at_least > runtime.context_length:
+        raise ApiError(400, f"the prompt ({chars} characters, at least {at_least} tokens) exceeds the model's "
+                       f"context of {runtime.context_length} tokens", param=param, code="context_length_exceeded")
+
+
+async def prompt_token_ids(runtime: Runtime, param: str, **prompt: Any) -> list[int]:
+    """``guardrail.prompts.prompt_ids`` for the served tokenizer (``prompt=`` text or ``messages=``), run in
+    a worker thread: tokenizing a long prompt takes seconds, during which the event loop must keep
+    answering (``/healthz``, other streams). A prompt too long for the context is refused first, from
+    its length alone.
+
+    Raises:
+        ApiError: 400 naming ``param`` (``messages``, ``prompt``) when the prompt cannot fit the context or
+            the core rejects it.
+    """
+    text = prompt.get("prompt")
+    chars = len(text) if isinstance(text, str) else sum(len(m["content"]) for m in prompt.get("messages") or ())
+    check_prompt_chars(runtime, param, chars)
     try:
-        return prompt_ids(runtime.tokenizer, **prompt)
+        return await run_in_threadpool(prompt_ids, runtime.tokenizer, **prompt)
     except ValueError as exc:
         raise ApiError(400, str(exc), param=param, code="invalid_value") from None
 
@@ -147,7 +186,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     settings = runtime.settings
     if body.model != runtime.model_id:
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
-                       param="model", code="model_not_found")
+                       param="model", code="model_not_found", type_="invalid_request_error")
     _reject_unsupported(body)
     if body.n > settings.max_n:
         raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
@@ -176,7 +215,10 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         "max_rollbacks_per_position": settings.max_rollbacks_per_position,
         "timeout_s": settings.request_timeout_s,
     }
-    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty"):
+    if body.stop_token_ids:
+        options["stop_token_ids"] = tuple(body.stop_token_ids)
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty", "min_tokens", "ignore_eos"):
         value = getattr(body, name)
         if value is not None:
             options[name] = value

@@ -1,5 +1,9 @@
 """Every Prometheus metric of the service, declared once (names and meanings: docs/metrics.md).
 
+The request-level histograms mean what vLLM's of the same name mean (vLLM docs, "Metrics": ``vllm:``
+``time_to_first_token_seconds``, ``e2e_request_latency_seconds``, ``request_queue_time_seconds``,
+``time_per_output_token_seconds``, ``prompt_tokens_total``), so dashboards read alike.
+
 Metrics live in a per-app ``CollectorRegistry`` so that two apps in one process (tests) count apart;
 ``/metrics`` renders exactly that registry plus the standard process/platform/GC collectors.
 """
@@ -16,9 +20,14 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+import guardrail
+
 # Latency buckets in seconds: sub-millisecond check requests up to multi-minute generations.
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Waits for the model reach minutes under load (63 s measured with a full queue on 2 cores): up to 480 s,
+# as vLLM's TTFT buckets reach well past a minute.
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 120.0, 240.0, 480.0)
+_TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
 _COMPILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -28,9 +37,10 @@ class ServiceMetrics:
     Args:
         registry: where the metrics are registered (one registry per app).
         with_redis: declare ``guardrail_redis_up`` (absent when the embedded store is used).
+        model: the served model, a label of ``guardrail_build_info``.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, with_redis: bool) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, with_redis: bool, model: str = "") -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
@@ -54,6 +64,27 @@ class ServiceMetrics:
             buckets=_TTFT_BUCKETS,
             registry=r,
         )
+        self.e2e_request_latency = Histogram(
+            "guardrail_e2e_request_latency_seconds",
+            "Generation request admitted to its last choice finished (queue time included).",
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.request_queue_time = Histogram(
+            "guardrail_request_queue_time_seconds",
+            "Time a generation request waited for the model worker.",
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.time_per_output_token = Histogram(
+            "guardrail_time_per_output_token_seconds",
+            "Per choice: time after its first released text divided by the tokens kept after it.",
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "guardrail_prompt_tokens", "Prompt tokens prefilled (once per choice).", registry=r
+        )
         self.generated_tokens = Counter(
             "guardrail_generated_tokens", "Completion tokens kept in answers.", registry=r
         )
@@ -62,12 +93,6 @@ class ServiceMetrics:
         )
         self.rollbacks = Counter(
             "guardrail_rollbacks", "Rollbacks caused by a banned term of the word list.", ["list"], registry=r
-        )
-        self.banned_term_hits = Counter(
-            "guardrail_banned_term_hits",
-            "Banned-term matches caught (rollback or token mask).",
-            ["list"],
-            registry=r,
         )
         self.reprefills = Counter(
             "guardrail_reprefills",
@@ -108,9 +133,20 @@ class ServiceMetrics:
             if with_redis
             else None
         )
+        self.store_resets = Counter(
+            "guardrail_store_resets",
+            "Times the word-list store was found to have lost its data (Redis restarted without persistence).",
+            registry=r,
+        )
         self.wordlist_version = Gauge(
             "guardrail_wordlist_version", "Current version number of each word list.", ["list"], registry=r
         )
+
+        self.build_info = Gauge(
+            "guardrail_build_info", "Always 1; the labels say which guardrail serves which model.",
+            ["version", "model"], registry=r,
+        )
+        self.build_info.labels(guardrail.__version__, model).set(1)
 
     def set_redis_up(self, up: bool) -> None:
         """Record whether Redis answered (no-op with the embedded store)."""

@@ -81,8 +81,12 @@ class ObservabilityMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Answer 413 (OpenAI error shape) to a request whose ``Content-Length`` exceeds ``max_bytes``,
-    before the body is read. (JSON clients send a length; bound chunked bodies with a reverse proxy.)"""
+    """Answer 413 (OpenAI error shape) to a request body larger than ``max_bytes``.
+
+    With a ``Content-Length`` the answer comes before the body is read. Without one (chunked transfer
+    encoding) the body is read here, at most ``max_bytes`` of it, and handed to the app only when it
+    ended within the limit; so no route ever parses more than ``max_bytes``, however the body is sent.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -92,7 +96,8 @@ class BodyLimitMiddleware:
         body = json.dumps(error_body(f"request body larger than {self.max_bytes} bytes",
                                      status=413, code="request_too_large")).encode()
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,7 +106,36 @@ class BodyLimitMiddleware:
             return
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(send)
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_bytes:
+                await self._reject(send)
+                return
+            await self.app(scope, receive, send)  # the server reads no more than the length says
             return
-        await self.app(scope, receive, send)
+        if scope.get("method") in ("GET", "HEAD", "OPTIONS", "DELETE") and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as the server would
+
+        await self.app(scope, replay, send)

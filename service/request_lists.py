@@ -30,7 +30,7 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
     """The request's own terms as a list named ``request`` (None without terms).
 
     Raises:
-        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS``; 422 naming the bad term (``banned_terms.3``).
+        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS``; 400 naming the bad term (``banned_terms.3``).
     """
     if not terms:
         return None
@@ -45,6 +45,6 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
 
 
 def invalid_term(exc: WordListError, param: str) -> ApiError:
-    """The 422 for a term the core refused; ``exc.line`` (1-based index) becomes ``param.<index>``."""
+    """The 400 for a term the core refused; ``exc.line`` (1-based index) becomes ``param.<index>``."""
     index = f".{exc.line - 1}" if exc.line else ""
-    return ApiError(422, f"invalid term: {exc.reason}", param=f"{param}{index}", code="invalid_term")
+    return ApiError(400, f"invalid term: {exc.reason}", param=f"{param}{index}", code="invalid_term")

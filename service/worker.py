@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from guardrail.engines.transformers.sampling import SamplingParams
-from guardrail.guard.events import Event, Finish, Rollback
+from guardrail.guard.events import Event, Finish, Rollback, TextDelta
 from guardrail.wordlists.wordlist import WordList
 from service.metrics import ServiceMetrics
 
@@ -56,7 +56,7 @@ class GenerationRequest:
     Attributes:
         prompt_ids: prompt token ids, shape ``(prompt_len,)``.
         wordlists: the lists to enforce (stored lists plus the request's own terms).
-        params: sampling parameters; with ``n > 1`` choice ``i`` uses ``seed + i`` when a seed is set.
+        params: sampling parameters; with ``n > 1`` choice ``i`` uses ``(seed + i) % 2**63`` when a seed is set.
         n: number of choices, generated one after another.
         log_fields: extra structured-log fields (never prompt text unless the debug flag allows it).
         log_text: also log the completions' text (``GUARDRAIL_DEBUG_LOG_PROMPTS``).
@@ -219,6 +219,7 @@ class GenerationWorker:
         job.running.set()
         request = job.request
         started = time.perf_counter()
+        self._metrics.request_queue_time.observe(started - job.enqueued_at)
         fields = {"queued_s": round(started - job.enqueued_at, 4), "n": request.n, **request.log_fields}
         cancelled = queued_cancel = job.cancel.is_set()  # the client left while the job waited
         finishes: list[Finish] = []
@@ -242,6 +243,7 @@ class GenerationWorker:
                       rollbacks=sum(f.usage.rollbacks for f in finishes))
         if request.log_text:
             fields["completions"] = [f.text for f in finishes]
+        self._metrics.e2e_request_latency.observe(time.perf_counter() - job.enqueued_at)
         if cancelled:
             self._metrics.generations_cancelled.inc()
             if queued_cancel:  # no decoder ran, so no Finish(cancelled) was counted
@@ -255,7 +257,8 @@ class GenerationWorker:
         request = job.request
         params = request.params
         if request.n > 1 and params.seed is not None:
-            params = replace(params, seed=params.seed + index)
+            # Modulo: a seed near 2**63 must still give n valid, distinct seeds (the generator takes < 2**63).
+            params = replace(params, seed=(params.seed + index) % 2**63)
         try:
             stream = self._make_stream(request.prompt_ids, request.wordlists, params, job.cancel)
             first = next(stream, None)
@@ -263,8 +266,11 @@ class GenerationWorker:
             log.info("generation rejected", extra={**fields, "error_class": type(exc).__name__})
             job.emit(_End(error=str(exc), rejected=True))
             return None
+        first_text_at: float | None = None
         for event in itertools.chain([first] if first is not None else [], stream):
-            self._record(event)
+            if first_text_at is None and isinstance(event, TextDelta) and event.text:
+                first_text_at = time.perf_counter()
+            self._record(event, first_text_at)
             if isinstance(event, Finish):
                 if event.reason != "cancelled":  # after a cancel nobody reads the choice
                     job.emit(ChoiceEvent(index, event))
@@ -272,14 +278,17 @@ class GenerationWorker:
             job.emit(ChoiceEvent(index, event))
         raise RuntimeError("the decoder stream ended without a Finish event")
 
-    def _record(self, event: Event) -> None:
+    def _record(self, event: Event, first_text_at: float | None) -> None:
         metrics = self._metrics
         if isinstance(event, Rollback):
             metrics.rollbacks.labels(event.list_name).inc()
-            metrics.banned_term_hits.labels(event.list_name).inc()
         elif isinstance(event, Finish):
             usage = event.usage
             metrics.finishes.labels(event.reason).inc()
+            metrics.prompt_tokens.inc(usage.prompt_tokens)
+            if first_text_at is not None and usage.completion_tokens > 1:  # vLLM: decode time / (tokens - 1)
+                metrics.time_per_output_token.observe(
+                    (time.perf_counter() - first_text_at) / (usage.completion_tokens - 1))
             metrics.generated_tokens.inc(usage.completion_tokens)
             metrics.forward_passes.inc(usage.forward_passes)
             metrics.reprefills.inc(usage.reprefills)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import time
 
-from service.cli.main import main
+import pytest
+
+from guardrail.models import progress
+from service.cli.main import build_parser, main
 
 
 def run_json(capsys, *argv):
@@ -12,9 +18,9 @@ def run_json(capsys, *argv):
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_check_reports_spans_and_exits_zero_with_or_without_matches(capsys):
+def test_check_reports_spans_and_exits_1_with_matches_0_without(capsys):
     code, out = run_json(capsys, "check", "Oh FUCK  you, listen", "--wordlist", "en", "--banned", "listen,talk")
-    assert code == 0
+    assert code == 1
     spans = {(m["term"], m["start"], m["end"]) for m in out["matches"]}
     assert ("fuck", 3, 7) in spans and ("listen", 14, 20) in spans
     code, out = run_json(capsys, "check", "a classic assessment", "--wordlist", "en")
@@ -34,3 +40,62 @@ def test_compile_reports_cache_layers(capsys, tmp_path, monkeypatch):
 def test_unknown_list_is_a_clear_error(capsys):
     assert main(["check", "x", "--wordlist", "nosuchlist"]) == 2
     assert "nosuchlist" in capsys.readouterr().err
+
+
+def test_check_exits_1_on_a_match_and_0_without_like_grep(capsys):
+    assert main(["check", "Oh FUCK you", "--wordlist", "en"]) == 1
+    assert main(["check", "a classic assessment", "--wordlist", "en"]) == 0
+
+
+def test_check_reads_standard_input_when_no_text_is_given(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("first line\nthen a shitty one\n"))
+    code, out = run_json(capsys, "check", "--wordlist", "en")
+    assert code == 1 and [m["text"] for m in out["matches"]] == ["shitty"]
+    assert out["matches"][0]["start"] == len("first line\nthen a ")
+
+
+def test_version_prints_the_package_version(capsys):
+    import guardrail
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"guardrail {guardrail.__version__}"
+
+
+def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"guardrail": parser, **actions[0].choices}
+
+
+@pytest.mark.parametrize("command", ["guardrail", "compile", "check", "generate", "serve"])
+def test_every_flag_has_help_and_shows_its_default(command):
+    parser = subcommand_parsers()[command]
+    required = {a for group in parser._mutually_exclusive_groups if group.required for a in group._group_actions}
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+            continue
+        name = action.option_strings[0] if action.option_strings else action.dest
+        assert action.help, f"{command} {name} has no help"
+        shown = parser.formatter_class(command)._get_help_string(action) % {"default": action.default}
+        if isinstance(action, argparse._StoreTrueAction) or action in required:
+            continue  # a switch (off unless given), or one of a choice the user must make
+        assert "default" in shown, f"{command} {name}: no default in {shown!r}"
+
+
+def test_progress_shows_a_ticking_line_on_a_terminal_only(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with progress("converting a model", refresh_s=0.05):
+        time.sleep(0.3)
+    assert "guardrail: converting a model: 00:00" in terminal.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr("sys.stderr", piped)
+    with progress("converting a model", refresh_s=0.05):
+        time.sleep(0.1)
+    assert piped.getvalue() == ""

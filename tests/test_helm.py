@@ -37,12 +37,15 @@ NAMESPACE = "guardrail"
 KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 DEFAULT_KINDS = {"ServiceAccount", "Secret", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"}
-PRODUCTION_KINDS = DEFAULT_KINDS | {"StatefulSet", "HorizontalPodAutoscaler"} | CRD_KINDS
+PRODUCTION_KINDS = DEFAULT_KINDS | {"StatefulSet", "HorizontalPodAutoscaler", "Ingress"} | CRD_KINDS
+# What a cluster with the Prometheus Operator reports (helm template has no cluster to ask).
+OPERATOR_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
 ALERT_NAMES = {
     "GuardrailContentFilterRateHigh",
     "GuardrailRollbackRateSpike",
     "GuardrailRedisDown",
     "GuardrailTimeToFirstTokenP99High",
+    "GuardrailStoreDataLost",
     "GuardrailHigh5xxRate",
 }
 
@@ -68,9 +71,13 @@ def helm(tools: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([tools["helm"], *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = ()) -> list[dict]:
-    """``helm template`` of the chart with value files and ``--set`` pairs, as a list of manifests."""
+def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = (),
+           api_versions: tuple[str, ...] = OPERATOR_APIS) -> list[dict]:
+    """``helm template`` of the chart with value files and ``--set`` pairs, as a list of manifests, for a
+    cluster that serves ``api_versions`` (default: one with the Prometheus Operator's CRDs)."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for api in api_versions:
+        args += ["--api-versions", api]
     for path in values:
         args += ["--values", path]
     for pair in sets:
@@ -81,8 +88,10 @@ def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = ()) -> l
 
 
 def render_error(tools: dict[str, str], *sets: str) -> str:
-    """stderr of a ``helm template`` that must fail."""
+    """stderr of a ``helm template`` that must fail (on a cluster with the Prometheus Operator)."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for api in OPERATOR_APIS:
+        args += ["--api-versions", api]
     for pair in sets:
         args += ["--set", pair]
     result = helm(tools, *args)
@@ -121,6 +130,34 @@ def test_chart_passes_helm_lint_strict(tools, values):
     result = helm(tools, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
+
+
+def test_operator_objects_render_only_where_the_cluster_has_their_crds(tools):
+    without = render(tools, str(PRODUCTION_VALUES), api_versions=())
+    assert {m["kind"] for m in without} == PRODUCTION_KINDS - CRD_KINDS
+    only_monitor = render(tools, str(PRODUCTION_VALUES), api_versions=OPERATOR_APIS[:1])
+    assert {m["kind"] for m in only_monitor} & CRD_KINDS == {"ServiceMonitor"}
+
+
+def test_the_ingress_routes_its_hosts_to_the_service(production_manifests):
+    ingress = only(production_manifests, "Ingress")
+    service = only(production_manifests, "Service", "-guardrail")
+    rule = ingress["spec"]["rules"][0]
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": service["metadata"]["name"], "port": {"name": service["spec"]["ports"][0]["name"]}}
+    assert ingress["spec"]["tls"][0]["hosts"] == [rule["host"]]
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+
+
+def test_valkey_can_replace_the_redis_image(tools):
+    manifests = render(tools, str(PRODUCTION_VALUES), sets=("redis.server=valkey", "redis.image.repository=valkey/valkey",
+                                                            "redis.image.tag=8.1-alpine"))
+    container = only(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "valkey/valkey:8.1-alpine"
+    assert "exec valkey-server /etc/redis/redis.conf" in container["command"][-1]
+    assert container["livenessProbe"]["exec"]["command"][0] == "valkey-cli"
+    assert "VALKEYCLI_AUTH" in {e["name"] for e in container["env"]}
+    assert "valkey" in render_error(tools, "redis.enabled=true", "redis.server=keydb")
 
 
 def test_default_values_render_a_single_replica_without_redis_or_operator_objects(default_manifests):
@@ -350,7 +387,7 @@ def rules_file() -> dict:
     return yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
 
 
-def test_alert_rules_file_holds_the_five_alerts():
+def test_alert_rules_file_holds_the_six_alerts():
     alerts = {rule["alert"] for group in rules_file()["groups"] for rule in group["rules"]}
     assert alerts == ALERT_NAMES
 
@@ -481,7 +518,11 @@ def test_dashboard_queries_are_valid_promql_filtered_by_the_variables(tools, tmp
         ("Time to first token percentiles", "histogram_quantile(0.99, sum by (endpoint, le) (rate(guardrail_time_to_first_token_seconds_bucket"),
         ("Tokens per second", "rate(guardrail_generated_tokens_total"),
         ("Rollbacks by list", "sum by (list) (rate(guardrail_rollbacks_total"),
-        ("Banned-term hits by list", "sum by (list) (rate(guardrail_banned_term_hits_total"),
+        ("Queue time and end-to-end latency", "rate(guardrail_request_queue_time_seconds_bucket"),
+        ("Queue time and end-to-end latency", "rate(guardrail_e2e_request_latency_seconds_bucket"),
+        ("Time per output token percentiles", "rate(guardrail_time_per_output_token_seconds_bucket"),
+        ("Versions and models", "guardrail_build_info"),
+        ("Store data losses", "guardrail_store_resets_total"),
         ("Artefact cache hit ratio by layer", "sum by (layer) (rate(guardrail_artefact_cache_lookups_total"),
         ("Queue depth and in-flight requests", "guardrail_queue_depth"),
         ("Redis up", "guardrail_redis_up"),

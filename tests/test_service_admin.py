@@ -85,15 +85,15 @@ def test_an_oversized_list_is_refused_with_413(service):
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "request_too_large"
 
 
-def test_invalid_terms_and_names_are_422_naming_the_field(service):
+def test_invalid_terms_and_names_are_400_naming_the_field(service):
     long_term = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok", "x" * 257]})
-    assert (long_term.status_code, long_term.json()["error"]["param"]) == (422, "terms.1")
+    assert (long_term.status_code, long_term.json()["error"]["param"]) == (400, "terms.1")
     no_letters = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok", "!!!"]})
-    assert (no_letters.status_code, no_letters.json()["error"]["param"]) == (422, "terms.1")
+    assert (no_letters.status_code, no_letters.json()["error"]["param"]) == (400, "terms.1")
     bad_allow = service.admin("PUT", "/admin/wordlists/good-name", json={"terms": ["ok"], "allow": ["a\nb"]})
-    assert (bad_allow.status_code, bad_allow.json()["error"]["param"]) == (422, "allow.0")
+    assert (bad_allow.status_code, bad_allow.json()["error"]["param"]) == (400, "allow.0")
     bad_name = service.admin("PUT", "/admin/wordlists/..secret", json={"terms": ["ok"]})
-    assert (bad_name.status_code, bad_name.json()["error"]["param"]) == (422, "name")
+    assert (bad_name.status_code, bad_name.json()["error"]["param"]) == (400, "name")
 
 
 def test_patch_adds_and_removes_terms_and_delete_removes_the_list(service):

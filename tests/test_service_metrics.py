@@ -44,7 +44,7 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     usage_event = [line for line in streamed.text.splitlines() if '"usage"' in line][-1]
     streamed_usage = json.loads(usage_event.removeprefix("data: "))["usage"]
     assert service.post("/v1/check", json={"text": "hello"}, headers=AUTH).status_code == 200
-    assert service.chat(temperature=9).status_code == 422
+    assert service.chat(temperature=9).status_code == 400
     assert service.chat(model="gpt-4o").status_code == 404
     after = service.metrics()
 
@@ -53,7 +53,7 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
 
     chat_endpoint = "/v1/chat/completions"
     assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="200") == 2
-    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="422") == 1
+    assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="400") == 1
     assert grew("guardrail_requests_total", endpoint=chat_endpoint, status="404") == 1
     assert grew("guardrail_requests_total", endpoint="/v1/check", status="200") == 1
     assert grew("guardrail_request_duration_seconds_count", endpoint=chat_endpoint) == 4
@@ -65,10 +65,26 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     passes = chat["usage"]["forward_passes"] + streamed_usage["forward_passes"]
     assert grew("guardrail_forward_passes_total") == passes
     assert grew("guardrail_rollbacks_total", list="request") == streamed_usage["rollbacks"] >= 1
-    assert grew("guardrail_banned_term_hits_total", list="request") == streamed_usage["rollbacks"]
+    prompts = chat["usage"]["prompt_tokens"] + streamed_usage["prompt_tokens"]
+    assert grew("guardrail_prompt_tokens_total") == prompts
+    assert grew("guardrail_request_queue_time_seconds_count") == 2
+    assert grew("guardrail_e2e_request_latency_seconds_count") == 2
+    assert grew("guardrail_time_per_output_token_seconds_count") >= 1  # choices with 2+ tokens after text
     lookups = sum(grew("guardrail_artefact_cache_lookups_total", layer=layer)
                   for layer in ("memory", "redis", "disk", "compile"))
     assert lookups == 2  # one artefact lookup per generation
     assert metric(after, "guardrail_inflight_requests") == 1  # the scrape itself
     assert metric(after, "guardrail_queue_depth") == 0
     assert metric(after, "guardrail_wordlist_version", list="en") >= 1
+
+
+def test_build_info_names_the_version_and_the_model(service):
+    import guardrail
+
+    assert metric(service.metrics(), "guardrail_build_info", version=guardrail.__version__, model=MODEL) == 1
+
+
+def test_time_to_first_token_buckets_reach_past_two_minutes(service):
+    bounds = [float(b) for b in re.findall(r'guardrail_time_to_first_token_seconds_bucket\{[^}]*le="([0-9.e+]+)"',
+                                           service.metrics())]
+    assert max(bounds) >= 120  # waits of 63 s were measured; the old buckets ended at 30 s

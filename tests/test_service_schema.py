@@ -1,16 +1,28 @@
-"""Property-based tests of the admin and check endpoints from the service's own OpenAPI schema
-(schemathesis): whatever a client sends, the answer is never a 5xx, and errors keep OpenAI's shape."""
+"""Property-based tests of the service from its own OpenAPI schema (schemathesis): whatever a client
+sends, the answer is never a 5xx, errors keep OpenAI's shape, and the generation endpoints answer with
+documented status codes, content types and bodies (no drift between the schema and the service)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
-from test_service_server import ADMIN_TOKEN, CLIENT_KEY
+from hypothesis import HealthCheck, Phase, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from test_service_server import ADMIN_TOKEN, CLIENT_KEY, MODEL
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES_PER_OPERATION = 12  # ~7 operations: well under a minute on 2 cores
+# Each example a few tokens at most; no shrinking (each step would generate again): a failure reports the
+# example as generated.
+GENERATION_EXAMPLES_PER_OPERATION = 10
 
 
 def openapi_document() -> dict:
@@ -42,5 +54,50 @@ def test_no_input_makes_the_admin_or_check_api_fail_with_a_5xx(case, restored_de
     response = case.call(base_url=restored_default_list.base_url, headers={"Authorization": f"Bearer {token}"},
                          timeout=30)
     assert response.status_code < 500, (case.method, case.path, response.text[:500])
+    if response.status_code >= 400:
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+# -- the generation endpoints, with examples bounded so that each one costs at most a few tokens -----------
+
+
+def bounded_generation_document() -> dict:
+    """The OpenAPI document with the generation requests' costly fields narrowed (the schema under test
+    is otherwise the app's own): at most 4 tokens and 2 choices, short texts, few terms, the served model
+    or an unknown one."""
+    document = copy.deepcopy(openapi_document())
+    small_int = {"type": "integer", "minimum": 1, "maximum": 4}  # never null: the server's default is 24
+    short_text = {"type": "string", "maxLength": 40}
+    schemas = document["components"]["schemas"]
+    for name in ("ChatCompletionRequest", "CompletionRequest"):
+        properties = schemas[name]["properties"]
+        properties["model"] = {"enum": [MODEL, "not-served"]}
+        properties["max_tokens"] = small_int
+        schemas[name]["required"] = sorted({*schemas[name].get("required", []), "max_tokens"})
+        properties["n"] = {"type": "integer", "minimum": 1, "maximum": 2}
+        properties["min_tokens"] = {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 4}, {"type": "null"}]}
+        for field in ("banned_terms", "bad_words", "banned_strings", "stop_token_ids"):
+            properties[field] = {"anyOf": [{"type": "array", "items": short_text, "maxItems": 3}, {"type": "null"}]}
+        properties["stop_token_ids"]["anyOf"][0]["items"] = {"type": "integer", "minimum": 0, "maximum": 100}
+    schemas["ChatCompletionRequest"]["properties"]["max_completion_tokens"] = small_int
+    schemas["ChatCompletionRequest"]["properties"]["messages"]["maxItems"] = 3
+    schemas["ChatMessage"]["properties"]["content"] = {"anyOf": [short_text, {"type": "null"}]}
+    schemas["CompletionRequest"]["properties"]["prompt"] = {"anyOf": [
+        short_text, {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 49151},
+                     "minItems": 1, "maxItems": 8}]}
+    return document
+
+
+generation_schema = schemathesis.openapi.from_dict(bounded_generation_document()).include(
+    path_regex=r"^/v1/(chat/)?completions$")
+
+
+@generation_schema.parametrize()
+@settings(max_examples=GENERATION_EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.generate])
+def test_no_generation_request_fails_with_a_5xx_or_answers_off_its_schema(case, service):
+    response = case.call_and_validate(
+        base_url=service.base_url, headers={"Authorization": f"Bearer {CLIENT_KEY}"}, timeout=120,
+        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance])
     if response.status_code >= 400:
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import redis
+from test_service_server import delete_namespace
 
 from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
 from service.catalog import UnknownWordList, WordListCatalog
@@ -19,6 +20,7 @@ from service.stores.store import (
     Precondition,
     PreconditionFailed,
     WordListNotFound,
+    WriteConflict,
     deletion,
     patched,
     replacement,
@@ -227,4 +229,78 @@ def test_redis_keys_stay_inside_the_namespace(redis_url, redis_prefix):
     client = redis.Redis.from_url(redis_url)
     keys = {k.decode() for k in client.scan_iter(match=f"{redis_prefix}*")}
     assert keys == {f"{redis_prefix}wordlist:pets", f"{redis_prefix}wordlist-version:pets",
-                    f"{redis_prefix}wordlists", f"{redis_prefix}audit"}
+                    f"{redis_prefix}wordlists", f"{redis_prefix}audit", f"{redis_prefix}store-epoch"}
+
+
+# -- busy writers and a Redis that loses its data (issue 11, items 5 and 7) ------------------------------
+
+
+def test_48_concurrent_patches_over_two_replicas_all_land(redis_url, redis_prefix):
+    replicas = [RedisStore(redis_url, redis_prefix), RedisStore(redis_url, redis_prefix)]
+    put(replicas[0], "busy", ["seed"])
+    start = threading.Barrier(48)
+    errors: list[Exception] = []
+
+    def add(i: int) -> None:
+        start.wait()
+        try:
+            replicas[i % 2].write("busy", lambda current: patched(current, [f"w{i}"], []), None, "tok")
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever a writer met
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(48)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []  # before: immediate retries, StoreUnavailable for some of them
+    stored = replicas[0].get("busy")
+    assert stored.version == 49 and len(stored.wordlist.terms) == 49
+
+
+def test_a_write_that_always_collides_is_a_conflict_not_an_outage(redis_url, redis_prefix):
+    store, other = RedisStore(redis_url, redis_prefix), redis.Redis.from_url(redis_url)
+    put(store, "hot", ["a"])
+
+    def compute(current):
+        other.set(f"{redis_prefix}wordlist-version:hot", current.version)  # another writer, every time
+        return patched(current, ["b"], [])
+
+    with pytest.raises(WriteConflict):
+        store.write("hot", compute, None, "tok")
+
+
+def test_versions_keep_growing_after_redis_loses_its_data(redis_url, redis_prefix):
+    store = RedisStore(redis_url, redis_prefix)
+    old = put(store, "pets", ["cat"])
+    assert old.etag == '"v1"'
+    delete_namespace(redis_url, redis_prefix)  # what a restart without persistence leaves: nothing
+    store.versions()  # the poll notices
+    assert store.resets == 1
+    new = put(store, "pets", ["dog"])
+    assert new.version > old.version
+    with pytest.raises(PreconditionFailed):  # the ETag given before the loss never matches again
+        put(store, "pets", ["eel"], Precondition.if_match(old.etag))
+
+
+def test_a_replica_sees_the_loss_another_replica_noticed_first(redis_url, redis_prefix):
+    first, second = RedisStore(redis_url, redis_prefix), RedisStore(redis_url, redis_prefix)
+    put(first, "pets", ["cat"])
+    second.versions()
+    delete_namespace(redis_url, redis_prefix)
+    put(first, "pets", ["dog"])  # the first notices at its write and starts a new epoch
+    second.versions()
+    assert (first.resets, second.resets) == (1, 1)
+    assert second.get("pets").version > 1
+
+
+def test_the_catalog_reseeds_and_counts_a_loss_of_the_data(redis_url, redis_prefix):
+    metrics = ServiceMetrics(with_redis=True)
+    catalog = WordListCatalog(RedisStore(redis_url, redis_prefix), metrics, lambda: [bundled_wordlist("en")],
+                              poll_interval_s=30)
+    catalog.refresh()
+    before = catalog.get("en").version
+    delete_namespace(redis_url, redis_prefix)
+    catalog.refresh()
+    assert metrics.store_resets._value.get() == 1
+    assert catalog.get("en") is not None and catalog.get("en").version > before

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import sys
 
-from service.cli.main import add_wordlist_options, selected_wordlists
+from service.cli.main import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
 
 
 def parse_logit_bias(value: str) -> dict[int, float]:
@@ -37,23 +37,26 @@ def parse_logit_bias(value: str) -> dict[int, float]:
 
 def add_generate_command(subparsers) -> argparse.ArgumentParser:
     """Register ``generate`` on the ``guardrail`` sub-command parser."""
-    parser = subparsers.add_parser("generate", help="generate text that never contains a banned term")
+    parser = subparsers.add_parser("generate", help="generate text that never contains a banned term",
+                                   formatter_class=HelpFormatter,
+                                   description="Generate text that never contains a banned term (guardrail.api.Guard).")
     parser.add_argument("--model", default="smollm2", help="smollm2 | gemma3 | local HF dir | .gguf path")
     add_wordlist_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="raw completion prompt (base models such as gemma3)")
     source.add_argument("--chat", help="one user message, formatted with the model's chat template")
     parser.add_argument("--stream", action="store_true", help="print text as it is released")
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=256, help="completion tokens at most")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument("--logit-bias", type=parse_logit_bias, default={}, metavar="ID:BIAS,…")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
+    parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; default: none)")
+    parser.add_argument("--logit-bias", type=parse_logit_bias, default={}, metavar="ID:BIAS,…",
+                        help="add BIAS in [-100, 100] to token ID's logit (default: none)")
     parser.add_argument("--watermark", action="store_true", help="add the green-list watermark")
     parser.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit in seconds")
-    parser.add_argument("--json", action="store_true")
+    add_json_option(parser)
     parser.set_defaults(handler=run_generate)
     return parser
 

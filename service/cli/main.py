@@ -1,6 +1,7 @@
 """The ``guardrail`` console script: ``compile``, ``check``, ``generate``, ``serve``.
 
-Every command takes ``--json`` to print one machine-readable JSON object on stdout.
+Every command takes ``--json`` to print one machine-readable JSON object on stdout. Exit codes: 0 done,
+1 ``check`` found a match (as ``grep`` does), 2 bad arguments or input.
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from collections.abc import Sequence
 from guardrail.wordlists.wordlist import WordListError
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option that has a default worth showing (not ``None``/``False``,
+    whose meaning the help text says) and does not already mention it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default is None or default is False or default is argparse.SUPPRESS or (
+                isinstance(default, (list, dict)) and not default):
+            return text
+        return super()._get_help_string(action)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
 def _emit(args: argparse.Namespace, payload: dict, human: str) -> None:
     print(json.dumps(payload, ensure_ascii=False) if args.json else human)
 
@@ -24,7 +42,7 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
     parser.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                         help=f"word lists: bundled names or .txt files (default: {','.join(default)})")
     parser.add_argument("--banned", action="append", default=[], metavar='"a,b"',
-                        help="extra banned terms, comma-separated")
+                        help="extra banned terms, comma-separated (repeatable; default: none)")
     parser.set_defaults(default_wordlists=list(default))
 
 
@@ -38,7 +56,7 @@ def selected_wordlists(args: argparse.Namespace):
 def _cmd_compile(args: argparse.Namespace) -> int:
     from guardrail.matching.cache import ArtefactCache
     from guardrail.matching.vocab import TokenVocab
-    from guardrail.models import cache_dir, load_tokenizer
+    from guardrail.models import cache_dir, load_tokenizer, progress
 
     wordlists = selected_wordlists(args)
     started = time.perf_counter()
@@ -48,7 +66,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     cache = ArtefactCache(redis_url=os.environ.get("GUARDRAIL_REDIS_URL") or None,
                           cache_dir=None if args.no_cache else cache_dir())
     started = time.perf_counter()
-    artefact, layer = cache.get(vocab, wordlists)
+    with progress(f"compiling {sum(len(w.terms) for w in wordlists)} terms for {args.model} (or reading the cache)"):
+        artefact, layer = cache.get(vocab, wordlists)
     seconds = time.perf_counter() - started
     payload = {
         "model": args.model,
@@ -68,29 +87,39 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from guardrail.matching.textmatch import TextMatcher
 
-    matches = TextMatcher(selected_wordlists(args)).scan(args.text)
+    text = args.text if args.text is not None else sys.stdin.read()
+    matches = TextMatcher(selected_wordlists(args)).scan(text)
     payload = {"matches": [{"term": m.term, "list": m.list_name, "start": m.start, "end": m.end,
-                            "text": args.text[m.start:m.end]} for m in matches]}
-    human = "\n".join(f"{m.start}-{m.end}\t{m.list_name}\t{m.term}\t{args.text[m.start:m.end]!r}" for m in matches)
+                            "text": text[m.start:m.end]} for m in matches]}
+    human = "\n".join(f"{m.start}-{m.end}\t{m.list_name}\t{m.term}\t{text[m.start:m.end]!r}" for m in matches)
     _emit(args, payload, human or "no matches")
-    return 0
+    return 1 if matches else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="guardrail", description=__doc__.splitlines()[0])
+    import guardrail
+
+    parser = argparse.ArgumentParser(prog="guardrail", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {guardrail.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    compile_ = sub.add_parser("compile", help="compile word lists for a model's tokenizer")
+    compile_ = sub.add_parser(
+        "compile", help="compile word lists for a model's tokenizer", formatter_class=HelpFormatter,
+        description="Compile word lists into a token automaton for a model's tokenizer (cached in "
+        "GUARDRAIL_CACHE_DIR, shared through GUARDRAIL_REDIS_URL when set).")
     compile_.add_argument("--model", default="smollm2", help="smollm2 | gemma3 | local HF dir | .gguf path")
     add_wordlist_options(compile_)
     compile_.add_argument("--no-cache", action="store_true", help="skip the on-disk artefact cache")
-    compile_.add_argument("--json", action="store_true")
+    add_json_option(compile_)
     compile_.set_defaults(handler=_cmd_compile)
 
-    check = sub.add_parser("check", help="scan a text for banned terms (exit code 0 either way)")
-    check.add_argument("text")
+    check = sub.add_parser("check", help="scan a text for banned terms (exit 1 on a match, like grep)",
+                           formatter_class=HelpFormatter,
+                           description="Scan a text for banned terms. Exit code: 0 no match, 1 a match, 2 an error.")
+    check.add_argument("text", nargs="?", default=None, help="the text to scan (default: read standard input)")
     add_wordlist_options(check)
-    check.add_argument("--json", action="store_true")
+    add_json_option(check)
     check.set_defaults(handler=_cmd_check)
 
     # Both modules import only argparse-level code at import time; the model and FastAPI load in the handlers.

@@ -13,21 +13,25 @@ from guardrail.wordlists.selection import split_names
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``serve`` on the ``guardrail`` parser's subparsers."""
+    from service.cli.main import HelpFormatter
+
     serve = subparsers.add_parser(
         "serve",
+        formatter_class=HelpFormatter,
         help="run the OpenAI-compatible HTTP service",
         description="Run the OpenAI-compatible HTTP service (docs/service.md). Without GUARDRAIL_REDIS_URL "
         "the word lists live in the embedded store under GUARDRAIL_DATA_DIR.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind")
     serve.add_argument("--model", default=None, help="smollm2 | gemma3 | local HF dir | .gguf path "
                        "(default: GUARDRAIL_MODEL, else smollm2)")
     serve.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                        help="default word lists: stored names or .txt files (default: GUARDRAIL_WORDLISTS, else en)")
     serve.add_argument("--redis-url", default=None, help="share lists and artefacts through Redis "
                        "(default: GUARDRAIL_REDIS_URL; unset = embedded store)")
-    serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR")
+    serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR "
+                       "(default: GUARDRAIL_LOG_LEVEL, else INFO)")
     serve.set_defaults(handler=run_serve)
     return serve
 

@@ -40,6 +40,7 @@ from service.stores.store import (
     StoredWordList,
     StoreUnavailable,
     WordListNotFound,
+    WriteConflict,
     deletion,
     patched,
     replacement,
@@ -50,6 +51,7 @@ _ERRORS = {
     403: {"description": "Wrong token, or the admin API is disabled (GUARDRAIL_ADMIN_TOKEN unset)."},
     503: {"description": "The word-list store does not answer."},
 }
+_WRITE_ERRORS = {409: {"description": "The list kept changing during the update (busy): retry."}}
 router = APIRouter(prefix="/admin", tags=["admin"], responses=_ERRORS)
 
 TokenId = Annotated[str, Depends(require_admin)]
@@ -73,6 +75,8 @@ def _store_errors(runtime: Runtime) -> Iterator[None]:
     except PreconditionFailed as exc:
         headers = {"ETag": f'"v{exc.current}"'} if exc.current is not None else {}
         raise ApiError(412, str(exc), param="If-Match", code="precondition_failed", headers=headers) from None
+    except WriteConflict as exc:  # busy, not down: a 409 the client retries, outside the 5xx alert
+        raise ApiError(409, str(exc), param="name", code="write_conflict", headers={"Retry-After": "1"}) from None
     except StoreUnavailable as exc:
         raise ApiError(503, f"word-list store unavailable ({exc}); the previous version keeps serving",
                        code="store_unavailable", headers={"Retry-After": "1"}) from None
@@ -99,7 +103,7 @@ def _allow_terms(name: str, allow: list[str]) -> tuple[str, ...]:
     """Allow-terms validated by the core's word-list parser (one ``!term`` line each)."""
     for index, text in enumerate(allow):
         if "\n" in text:  # would split into two lines, i.e. two allow-terms
-            raise ApiError(422, "allow-term contains a line break", param=f"allow.{index}", code="invalid_term")
+            raise ApiError(400, "allow-term contains a line break", param=f"allow.{index}", code="invalid_term")
     try:
         return parse_wordlist("\n".join("!" + text for text in allow), name, source="<request>").allow
     except WordListError as exc:
@@ -146,7 +150,7 @@ def get_wordlist(name: ListName, _: TokenId, runtime: RuntimeDep, response: Resp
 
 @router.put("/wordlists/{name}", response_model=WordListSummary, summary="Create or replace a word list",
             responses={201: {"description": "Created."}, 412: {"description": "Stale If-Match."},
-                       413: {"description": "Too many terms."}})
+                       413: {"description": "Too many terms."}, **_WRITE_ERRORS})
 def put_wordlist(name: ListName, body: WordListIn, token_id: TokenId, runtime: RuntimeDep, response: Response,
                  if_match: IfMatch = None, if_none_match: IfNoneMatch = None) -> WordListSummary:
     precondition = _precondition(if_match, if_none_match)
@@ -169,7 +173,7 @@ def put_wordlist(name: ListName, body: WordListIn, token_id: TokenId, runtime: R
 
 @router.patch("/wordlists/{name}", response_model=WordListSummary, summary="Add and remove terms",
               responses={404: {"description": "No such list."}, 412: {"description": "Stale If-Match."},
-                         413: {"description": "Too many terms."}})
+                         413: {"description": "Too many terms."}, **_WRITE_ERRORS})
 def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runtime: RuntimeDep,
                    response: Response, if_match: IfMatch = None) -> WordListSummary:
     precondition = _precondition(if_match, None)
@@ -198,7 +202,8 @@ def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runti
 
 
 @router.delete("/wordlists/{name}", status_code=204, summary="Delete a word list",
-               responses={404: {"description": "No such list."}, 409: {"description": "In the default set."},
+               responses={404: {"description": "No such list."},
+                          409: {"description": "In the default set, or the list kept changing (busy)."},
                           412: {"description": "Stale If-Match."}})
 def delete_wordlist(name: ListName, token_id: TokenId, runtime: RuntimeDep, if_match: IfMatch = None) -> Response:
     if name in runtime.default_wordlists:

@@ -11,7 +11,7 @@ from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -62,7 +62,8 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
 @router.post(
     "/chat/completions",
     response_model=ChatCompletion,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"}},
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"},
+               **GENERATION_ERRORS},
     summary="Chat completion with banned terms enforced during decoding",
 )
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
@@ -70,7 +71,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     _reject_unsupported(body)
     # "developer" is OpenAI's newer name for the system role.
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-    prompt_ids = prompt_token_ids(runtime, "messages", messages=messages)
+    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages

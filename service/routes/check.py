@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import heapq
+
 from fastapi import APIRouter, Depends
 
 from guardrail.matching.textmatch import TextMatcher
 from service.auth import require_client
 from service.deps import RuntimeDep
+from service.errors import documented_errors
 from service.request_lists import request_list, stored_lists
-from service.schemas.check import CheckMatch, CheckRequest, CheckResponse, ListVersion
+from service.schemas.check import MAX_CHECK_MATCHES, CheckMatch, CheckRequest, CheckResponse, ListVersion
 
 router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_client)])
 
 
 @router.post("/check", response_model=CheckResponse, summary="Scan a text for banned terms",
-             responses={404: {"description": "Unknown word list."}})
+             responses=documented_errors(e401="Missing or unknown API key.", e404="Unknown word list.",
+                                         e413="Body or request terms beyond the server's limits."))
 def check(body: CheckRequest, runtime: RuntimeDep) -> CheckResponse:
-    """Every occurrence of a term of the chosen lists (and of ``banned_terms``), overlapping ones too.
+    """Every occurrence of a term of the chosen lists (and of ``banned_terms``), overlapping ones too;
+    the first ``MAX_CHECK_MATCHES`` (1000) by position are listed, ``match_count`` counts them all.
 
     Spans index ``text`` in code points (``text[start:end]``), under the matching contract of
     docs/wordlists.md (NFKC, case folding, whitespace runs, match modes).
@@ -26,10 +31,13 @@ def check(body: CheckRequest, runtime: RuntimeDep) -> CheckResponse:
     own = request_list(runtime, body.request_terms())
     if own is not None:
         found += TextMatcher([own]).scan(body.text)
+    first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
     matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
-               for m in sorted(found, key=lambda m: (m.start, m.end, m.list_name))]
+               for m in first]
     return CheckResponse(
         flagged=bool(matches),
         matches=matches,
+        match_count=len(found),
+        truncated=len(found) > len(matches),
         wordlists=[ListVersion(name=s.wordlist.name, version=s.version) for s in stored],
     )

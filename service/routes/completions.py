@@ -11,7 +11,7 @@ from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -63,7 +63,8 @@ def _reject_unsupported(body: CompletionRequest) -> None:
 @router.post(
     "/completions",
     response_model=TextCompletion,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"}},
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true"},
+               **GENERATION_ERRORS},
     summary="Text completion of a raw prompt with banned terms enforced during decoding",
 )
 async def create_completion(body: CompletionRequest, request: Request,
@@ -77,7 +78,7 @@ async def create_completion(body: CompletionRequest, request: Request,
         prompt_ids = list(prompt)
     else:
         text = prompt[0] if isinstance(prompt, list) else prompt
-        prompt_ids = prompt_token_ids(runtime, "prompt", prompt=text)
+        prompt_ids = await prompt_token_ids(runtime, "prompt", prompt=text)
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = prompt

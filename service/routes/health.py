@@ -23,10 +23,15 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
     A replica whose Redis is down still generates from its in-memory copy of the lists, so it stays in
     service (200) and reports ``"status": "degraded"``; ``checks.store`` says why. Answering 503 would
     take every replica out of the load balancer at once during a Redis outage. The
-    ``guardrail_redis_up`` metric and its alert carry the outage to operators.
+    ``guardrail_redis_up`` metric and its alert carry the outage to operators. ``checks.store.data_lost``
+    appears once the store noticed that Redis lost its data (``guardrail_store_resets_total``, alert
+    ``GuardrailStoreDataLost``).
     """
     catalog = runtime.catalog
     store = {"kind": runtime.store.kind, "up": catalog.healthy}
+    resets = getattr(runtime.store, "resets", 0)
+    if resets:  # the store lost its data while this replica ran (Redis without persistence)
+        store["data_lost"] = {"count": resets, "last_at": runtime.store.last_reset_at}
     if catalog.last_error:
         store["error"] = catalog.last_error
     body = {

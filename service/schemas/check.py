@@ -7,15 +7,19 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.terms import TermItem, TermText
+from service.schemas.text import Text
 
 MAX_CHECK_CHARS = 1_000_000
+#: Matches returned at most (the first ones by position); beyond, ``truncated`` is true. Bounds the
+#: response: 1 MB of text can hold hundreds of thousands of matches.
+MAX_CHECK_MATCHES = 1000
 
 
 class CheckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(max_length=MAX_CHECK_CHARS, description="The text to scan, e.g. a user's prompt.")
-    wordlists: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+    text: Text = Field(max_length=MAX_CHECK_CHARS, description="The text to scan, e.g. a user's prompt.")
+    wordlists: list[Annotated[Text, Field(min_length=1, max_length=64)]] | None = Field(
         None, max_length=64, description="Lists to scan with; omitted = the default set."
     )
     banned_terms: list[TermItem] | None = Field(None, description="Extra terms for this request only.")
@@ -40,5 +44,7 @@ class ListVersion(BaseModel):
 
 class CheckResponse(BaseModel):
     flagged: bool
-    matches: list[CheckMatch]
+    matches: list[CheckMatch] = Field(description=f"The first {MAX_CHECK_MATCHES} matches by position.")
+    match_count: int = Field(description="All matches found (may exceed len(matches)).")
+    truncated: bool = Field(description=f"More than {MAX_CHECK_MATCHES} matches: only the first are listed.")
     wordlists: list[ListVersion] = Field(description="The list versions the text was scanned with.")

@@ -1,21 +1,36 @@
 """Request and response bodies of ``/v1/chat/completions`` and ``/v1/completions`` (OpenAI's shapes).
 
-Standard fields follow OpenAI's API reference; fields OpenAI has and this service cannot honour
-(``tools``, ``logprobs``, non-zero ``presence_penalty`` …) are rejected with a 400 naming them rather than
-ignored. Extensions: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
-``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, plus vLLM's ``top_k``,
-``min_p`` and ``repetition_penalty``. Unknown fields are ignored, as OpenAI-compatible servers commonly do.
+Standard fields follow OpenAI's API reference, vLLM's extensions follow vLLM's sampling parameters
+(``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``stop_token_ids``, ``ignore_eos``).
+Fields this service cannot honour and that change what the answer means (``tools``, ``logprobs``,
+``top_logprobs``, ``response_format`` other than text, vLLM's ``guided_*`` …, see
+:data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
+fields (``metadata``, ``store``, ``service_tier`` …) are ignored, as OpenAI-compatible servers commonly do.
+Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
+``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.schemas.terms import TermItem, TermText
+from service.schemas.text import Text
 
 Role = Literal["system", "developer", "user", "assistant"]
+
+#: Fields of OpenAI's or vLLM's request that change the answer and that this service does not implement:
+#: a request setting one (to anything but null, false or an empty list) is refused with 400 naming it.
+UNSUPPORTED_FIELDS = frozenset({
+    "tools", "tool_choice", "functions", "function_call", "logprobs", "top_logprobs", "prompt_logprobs",
+    "audio", "prediction", "web_search_options", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search", "length_penalty",
+    "allowed_token_ids", "include_stop_str_in_output", "truncate_prompt_tokens", "chat_template",
+    "chat_template_kwargs", "continue_final_message", "documents", "echo", "suffix",
+})
+_MAX_STOP_TOKEN_IDS = 64
 
 
 class StreamOptions(BaseModel):
@@ -25,30 +40,44 @@ class StreamOptions(BaseModel):
 class GenerationFields(BaseModel):
     """Fields shared by chat and text completions."""
 
-    model_config = ConfigDict(extra="ignore")
+    # "allow": unknown fields are kept in ``model_extra`` so that the route can refuse the ones in
+    # UNSUPPORTED_FIELDS; the others are ignored.
+    model_config = ConfigDict(extra="allow")
 
     model: str = Field(description="The served model's id (GET /v1/models).")
     max_tokens: int | None = Field(None, ge=1, description="Completion token limit (capped by the server).")
-    temperature: float | None = Field(None, ge=0, le=2, description="0 = greedy.")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="0 = greedy; below 1e-5 counts as 0 (vLLM's rule: no overflow in softmax)."
+    )
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0, description="vLLM extension; 0 = off.")
     min_p: float | None = Field(None, ge=0, le=1, description="vLLM extension; 0 = off.")
     repetition_penalty: float | None = Field(None, gt=0, le=10, description="vLLM / transformers extension.")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=16)] | None = None
+    presence_penalty: float | None = Field(
+        None, ge=-2, le=2, description="Subtracted once from the logit of every token already in the answer.")
+    frequency_penalty: float | None = Field(
+        None, ge=-2, le=2, description="Subtracted from a token's logit once per occurrence in the answer.")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="With n > 1, choice i draws with seed + i "
+                             "(modulo 2**63).")
+    stop: Text | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(max_length=16)] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, max_length=_MAX_STOP_TOKEN_IDS, description="vLLM extension: token ids that end the answer "
+        "(like EOS, and not included in the text).")
+    ignore_eos: bool = Field(False, description="vLLM extension: do not end the answer at the model's EOS.")
+    min_tokens: int | None = Field(
+        None, ge=0, description="vLLM extension: EOS and stop_token_ids are masked until this many tokens.")
     n: int = Field(1, ge=1, le=16, description="Choices, generated one after another (server limit applies).")
     stream: bool = False
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
         None, description="Token id (as a string) -> bias in [-100, 100], added to the logits."
     )
-    user: str | None = Field(None, max_length=256)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    logprobs: bool | int | None = None
+    user: Text | None = Field(None, max_length=256)
+    logprobs: bool | int | None = Field(None, description="Not supported yet: true is refused with 400.")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="Not supported yet: refused with 400.")
 
     # -- extensions -------------------------------------------------------------------------------
-    wordlists: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+    wordlists: list[Annotated[Text, Field(min_length=1, max_length=64)]] | None = Field(
         None, max_length=64, description="Word lists to enforce; omitted = the server's default set."
     )
     banned_terms: list[TermItem] | None = Field(None, description="Extra terms for this request only.")
@@ -67,27 +96,47 @@ class GenerationFields(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def unsupported_field(self) -> str | None:
+        """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any."""
+        given = {**(self.model_extra or {}), "logprobs": self.logprobs, "top_logprobs": self.top_logprobs}
+        for name in sorted(UNSUPPORTED_FIELDS):
+            value = given.get(name)
+            if value not in (None, False, [], {}, ""):
+                return name
+        return None
+
 
 class ContentPart(BaseModel):
+    """One part of a message's content; only ``{"type": "text", "text": ...}`` is supported."""
+
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    text: str | None = None
+    text: Text | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> ContentPart:
+        # Dropping an image or audio part would answer a different question than the one asked.
+        if self.type != "text":
+            raise ValueError(f"content parts of type {self.type!r} are not supported (only 'text')")
+        if self.text is None:
+            raise ValueError("a text content part needs a 'text' string")
+        return self
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Role
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    content: Text | list[ContentPart] | None = None
+    name: Text | None = None
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text or "" for part in self.content if part.type == "text")
+        return "".join(part.text or "" for part in self.content)
 
 
 class ChatCompletionRequest(GenerationFields):
@@ -101,7 +150,7 @@ class ChatCompletionRequest(GenerationFields):
 
 
 class CompletionRequest(GenerationFields):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | Annotated[
+    prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)] | Annotated[
         list[Annotated[int, Field(ge=0)]], Field(min_length=1)
     ] = Field(description="A string, a list holding one string, or a list of token ids.")
     echo: bool = False

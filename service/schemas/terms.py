@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardrail.wordlists.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode
+from service.schemas.text import Text
 
 # Pydantic checks the length (so the schema documents it); the core (wordlist_from_terms) checks the
 # rest and names the term.
@@ -18,7 +19,7 @@ class TermIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, max_length=MAX_TERM_CHARS, examples=["darn"])
+    text: Text = Field(min_length=1, max_length=MAX_TERM_CHARS, examples=["darn"])
     match: MatchMode | None = None
     case_sensitive: bool = False
 
@@ -26,7 +27,7 @@ class TermIn(BaseModel):
         return Term(self.text.strip(), self.match or default_match_mode(self.text.strip()), self.case_sensitive)
 
 
-TermText = Annotated[str, Field(min_length=1, max_length=MAX_TERM_CHARS)]
+TermText = Annotated[Text, Field(min_length=1, max_length=MAX_TERM_CHARS)]
 TermItem = TermText | TermIn
 
 

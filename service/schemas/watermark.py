@@ -6,13 +6,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.schemas.text import Text
+
 
 class WatermarkDetectRequest(BaseModel):
     """Exactly one of ``text`` (tokenized with the served model's tokenizer) or ``token_ids``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(None, max_length=1_000_000, description="A completion (without the prompt).")
+    text: Text | None = Field(None, max_length=1_000_000, description="A completion (without the prompt).")
     token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=100_000)
     z_threshold: float = Field(4.0, gt=0, le=100, description="Decision threshold on the z-score.")
 

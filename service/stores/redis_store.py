@@ -7,18 +7,32 @@ Keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``, default ``"guardrail:"``)::
     {ns}wordlists                 hash: name -> current version (what replicas poll)
     {ns}audit                     list of JSON audit records, newest first, capped (LTRIM)
     {ns}wordlist-changes          pub/sub channel: {"list", "version"} after each change (a hint only)
+    {ns}store-epoch               {"id", "floor"}: which life of the data this is (see below)
 
-A write is optimistic: ``WATCH`` the list's two keys, read, compute, then ``MULTI``/``EXEC`` the new
-content, index entry, audit record and notification; a concurrent change of the same list aborts
-the transaction and the write is retried against the new current version.
+A write is optimistic: ``WATCH`` the list's keys and the epoch, read, compute, then ``MULTI``/``EXEC``
+the new content, index entry, audit record and notification; a concurrent change of the same list
+aborts the transaction and the write is retried against the new current version, after a random
+wait that doubles with each attempt ("full jitter", AWS Architecture Blog, "Exponential Backoff And
+Jitter", 2015), so that busy writers spread out instead of colliding again at once. A write that
+still collides after :data:`MAX_WRITE_ATTEMPTS` raises :class:`WriteConflict` (busy, not down).
+
+Epoch: a Redis without persistence that restarts comes back empty, and version counters would start
+again at 1, so an old ``If-Match: "v1"`` would match again. Each store remembers the epoch id it
+saw; when the epoch key is gone (or another replica replaced it), the data was lost: the store logs
+an error, counts a reset (:attr:`RedisStore.resets`) and creates a new epoch whose ``floor`` is the
+current time in milliseconds. Every version given afterwards is above the floor, so versions keep
+growing and no ETag given before the loss matches again. (A Redis that loses its data while no
+replica is running cannot be told from a new one: its epoch starts at floor 0.)
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import redis
@@ -32,11 +46,15 @@ from service.stores.store import (
     PreconditionFailed,
     StoredWordList,
     StoreUnavailable,
+    WriteConflict,
 )
 
 log = logging.getLogger("guardrail.service.store")
 
-_MAX_WRITE_ATTEMPTS = 16
+MAX_WRITE_ATTEMPTS = 16
+#: Backoff between attempts: a uniform wait in [0, min(cap, base * 2**attempt)] seconds.
+_BACKOFF_BASE_S = 0.005
+_BACKOFF_CAP_S = 0.25
 
 
 class RedisStore:
@@ -49,8 +67,14 @@ class RedisStore:
             counts as down (so a dead Redis never stalls a request for long).
         audit_max_records: audit records kept.
 
+    Attributes:
+        epoch: id of the life of the data this store last saw (None before the first contact).
+        floor: versions of this epoch are above it (0, or the time in ms when a loss was detected).
+        resets: data losses detected by this store object.
+
     Raises:
         StoreUnavailable: from every method when Redis does not answer (message has the reason).
+        WriteConflict: from ``write`` when the list kept changing during every attempt.
     """
 
     kind = "redis"
@@ -68,13 +92,45 @@ class RedisStore:
         self._index = f"{self.namespace}wordlists"
         self._audit = f"{self.namespace}audit"
         self.channel = f"{self.namespace}wordlist-changes"
+        self._epoch_key = f"{self.namespace}store-epoch"
         self._audit_max = audit_max_records
+        self.epoch: str | None = None
+        self.floor = 0
+        self.resets = 0
+        self.last_reset_at: float | None = None
 
     def _list_key(self, name: str) -> str:
         return f"{self.namespace}wordlist:{name}"
 
     def _counter_key(self, name: str) -> str:
         return f"{self.namespace}wordlist-version:{name}"
+
+    # -- the epoch ---------------------------------------------------------------------------------
+    def _adopt_epoch(self, raw: str | None) -> bool:
+        """Take ``raw`` (the epoch key's value) as the current epoch; True when it is the one already known."""
+        if raw is None:
+            return False
+        data = json.loads(raw)
+        if data["id"] == self.epoch:
+            return True
+        if self.epoch is not None:
+            self.resets += 1
+            self.last_reset_at = time.time()
+            log.error("the word-list store lost its data (Redis restarted without persistence?): changes made "
+                      "since its last save are gone; versions continue above the new floor, so ETags given "
+                      "before never match again", extra={"store": self.kind, "epoch": data["id"],
+                                                          "floor": data["floor"]})
+        self.epoch, self.floor = data["id"], int(data["floor"])
+        return False
+
+    def _sync_epoch(self) -> None:
+        """Read the epoch, creating it when absent (floor 0 on first contact, the time in ms after a loss)."""
+        raw = self._redis.get(self._epoch_key)
+        if raw is None:
+            floor = 0 if self.epoch is None else int(time.time() * 1000)
+            self._redis.set(self._epoch_key, json.dumps({"id": uuid.uuid4().hex[:12], "floor": floor}), nx=True)
+            raw = self._redis.get(self._epoch_key)  # ours, or the one another replica set first
+        self._adopt_epoch(raw)
 
     # -- reading ----------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -84,7 +140,9 @@ class RedisStore:
             raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
 
     def versions(self) -> dict[str, int]:
+        """Current version of every list; also notices a loss of the data (see the module's doc)."""
         try:
+            self._sync_epoch()
             return {name: int(v) for name, v in self._redis.hgetall(self._index).items()}
         except RedisError as exc:
             raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
@@ -121,17 +179,23 @@ class RedisStore:
     ) -> StoredWordList | None:
         key, counter = self._list_key(name), self._counter_key(name)
         try:
-            for _ in range(_MAX_WRITE_ATTEMPTS):
+            self._sync_epoch()
+            for attempt in range(MAX_WRITE_ATTEMPTS):
+                if attempt:
+                    time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
                 with self._redis.pipeline() as pipe:
                     try:
-                        pipe.watch(key, counter)
+                        pipe.watch(key, counter, self._epoch_key)
+                        if not self._adopt_epoch(pipe.get(self._epoch_key)):
+                            self._sync_epoch()  # lost (or replaced) since the last read: versions restart
+                            continue            # above the new floor; read everything again
                         current = self._decode(name, pipe.hgetall(key))
                         if precondition is not None and not precondition.holds(current.version if current else None):
                             raise PreconditionFailed(name, current.version if current else None)
                         change = compute(current)
                         if change is None:
                             return current
-                        version = int(pipe.get(counter) or 0) + 1
+                        version = max(int(pipe.get(counter) or 0), self.floor) + 1
                         now = time.time()
                         record = AuditRecord(now, change.action, name, version, token_id, change.added, change.removed)
                         pipe.multi()
@@ -154,7 +218,8 @@ class RedisStore:
                     return StoredWordList(change.wordlist, version, now)
         except RedisError as exc:
             raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
-        raise StoreUnavailable(f"word list {name!r} changed {_MAX_WRITE_ATTEMPTS} times during the update")
+        raise WriteConflict(f"word list {name!r} kept changing during {MAX_WRITE_ATTEMPTS} attempts of the update; "
+                            "retry")
 
     # -- change notifications ---------------------------------------------------------------------
     def listen(self, on_hint: Callable[[], None], stop: threading.Event, retry_s: float = 1.0) -> None:

@@ -118,6 +118,10 @@ class StoreUnavailable(StoreError):
     """The backing store (Redis, the data directory) cannot be read or written right now."""
 
 
+class WriteConflict(StoreError):
+    """Other writers kept changing the list during every attempt of a write (busy, not broken: retry)."""
+
+
 @dataclass(frozen=True)
 class Change:
     """What a write does to one list: the new content (None: delete) and the audit counts."""

@@ -3,8 +3,10 @@
 The decoder applies, per step and in ``generate``'s order (transformers 5.23
 ``GenerationMixin._get_logits_processor``):
 
-1. processors: ``SequenceBias`` (OpenAI ``logit_bias``), ``RepetitionPenalty``, ``NoBadWords``
-   (``bad_words_ids``), ``SuppressTokens``, ``SuppressTokensAtBegin``;
+1. processors: ``SequenceBias`` (OpenAI ``logit_bias``), ``RepetitionPenalty``, then OpenAI's
+   ``presence_penalty``/``frequency_penalty`` (:class:`PresenceFrequencyPenaltyLogitsProcessor`, after
+   the repetition penalty as in vLLM), ``NoBadWords`` (``bad_words_ids``), ``MinNewTokensLength``
+   (``min_tokens``), ``SuppressTokens``, ``SuppressTokensAtBegin``;
 2. the banned-term masks (always-banned ids and position bans — not a transformers class);
 3. warpers, only when sampling: ``Temperature``, ``TopK``, ``TopP``, ``MinP``;
 4. ``WatermarkLogitsProcessor`` last, as ``generate`` does (transformers PR #34630: the green-list bias must
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field, fields
 import torch
 from transformers import LogitsProcessorList
 from transformers.generation.logits_process import (
+    LogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
     NoBadWordsLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
@@ -37,6 +41,11 @@ from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY, waterm
 #: OpenAI's range for ``logit_bias`` values.
 MAX_LOGIT_BIAS = 100.0
 MAX_STOP_STRINGS = 16
+#: OpenAI's range for ``presence_penalty`` and ``frequency_penalty``.
+MAX_PENALTY = 2.0
+#: Temperatures below this are greedy decoding: vLLM's ``_SAMPLING_EPS`` (vllm/sampling_params.py). Dividing
+#: logits by 1e-40 overflows to inf and softmax then yields NaN.
+GREEDY_TEMPERATURE = 1e-5
 
 
 def _is_int(value: object) -> bool:
@@ -61,7 +70,8 @@ class SamplingParams:
 
     Attributes:
         max_tokens: completion tokens to keep at most (rolled-back tokens do not count).
-        temperature: 0 for greedy decoding; otherwise the softmax temperature (``> 0``).
+        temperature: the softmax temperature, ``>= 0``; below :data:`GREEDY_TEMPERATURE` (``1e-5``, as in
+            vLLM) the decoding is greedy.
         top_p: nucleus sampling mass in ``(0, 1]`` (1 = off).
         top_k: keep the ``k`` most likely tokens (0 = off).
         min_p: drop tokens below ``min_p`` × the top probability, in ``[0, 1]`` (0 = off).
@@ -73,6 +83,12 @@ class SamplingParams:
         suppress_tokens: token ids never generated.
         begin_suppress_tokens: token ids not generated as the first completion token.
         repetition_penalty: > 1 penalises tokens already in prompt or answer (1 = off).
+        presence_penalty: in ``[-2, 2]``; subtracted once from the logit of every token already in the
+            answer (OpenAI semantics; 0 = off).
+        frequency_penalty: in ``[-2, 2]``; subtracted from a token's logit once per occurrence in the answer.
+        min_tokens: the end ids (:meth:`end_ids`) are masked until this many completion tokens (vLLM).
+        stop_token_ids: token ids that end the answer like EOS (vLLM); not part of the text.
+        ignore_eos: do not end at the model's EOS ids (vLLM); ``stop_token_ids`` still end the answer.
         watermark: add the green-list watermark (:mod:`guardrail.engines.transformers.watermark`).
         watermark_key: hashing key of the watermark.
         max_rollbacks: rollbacks allowed per request before ``content_filter``.
@@ -95,6 +111,11 @@ class SamplingParams:
     suppress_tokens: tuple[int, ...] = ()
     begin_suppress_tokens: tuple[int, ...] = ()
     repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
     watermark: bool = False
     watermark_key: int = DEFAULT_HASHING_KEY
     max_rollbacks: int = 64
@@ -140,6 +161,15 @@ class SamplingParams:
         set_("begin_suppress_tokens", _token_ids("begin_suppress_tokens", self.begin_suppress_tokens))
         if not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be a number > 0, got {self.repetition_penalty!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_number(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be an int in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        set_("stop_token_ids", _token_ids("stop_token_ids", self.stop_token_ids))
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if not isinstance(self.watermark, bool):
             raise ValueError(f"watermark must be a bool, got {self.watermark!r}")
         if not _is_int(self.watermark_key) or self.watermark_key <= 0:
@@ -153,8 +183,13 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        """Whether tokens are picked by argmax (``temperature == 0``)."""
-        return self.temperature == 0
+        """Whether tokens are picked by argmax (``temperature < GREEDY_TEMPERATURE``)."""
+        return self.temperature < GREEDY_TEMPERATURE
+
+    def end_ids(self, eos_ids: Iterable[int]) -> frozenset[int]:
+        """The token ids that end this request's answer: the model's ``eos_ids`` (unless ``ignore_eos``)
+        plus ``stop_token_ids``. The decoder stops on these instead of its own EOS set."""
+        return frozenset(self.stop_token_ids) | (frozenset() if self.ignore_eos else frozenset(eos_ids))
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
@@ -172,6 +207,7 @@ class SamplingParams:
             "bad_words_ids": (t for seq in self.bad_words_ids for t in seq),
             "suppress_tokens": self.suppress_tokens,
             "begin_suppress_tokens": self.begin_suppress_tokens,
+            "stop_token_ids": self.stop_token_ids,
         }
         for name, ids in groups.items():
             bad = sorted(t for t in ids if t >= vocab_size)
@@ -185,7 +221,8 @@ def build_processors(params: SamplingParams, prompt_length: int, eos_ids: Iterab
     Args:
         params: the request's parameters.
         prompt_length: tokens in the prompt (where ``begin_suppress_tokens`` applies).
-        eos_ids: end ids, which ``NoBadWordsLogitsProcessor`` never bans on their own.
+        eos_ids: the model's end ids; ``NoBadWordsLogitsProcessor`` never bans them on their own, and
+            ``min_tokens`` masks ``params.end_ids(eos_ids)``.
 
     Returns:
         A list, empty when no option is set; each call maps ``(input_ids (1, seq_len) int64, scores (1,
@@ -196,13 +233,70 @@ def build_processors(params: SamplingParams, prompt_length: int, eos_ids: Iterab
         out.append(SequenceBiasLogitsProcessor([[[token], bias] for token, bias in params.logit_bias.items()]))
     if params.repetition_penalty != 1.0:
         out.append(RepetitionPenaltyLogitsProcessor(float(params.repetition_penalty)))
+    if params.presence_penalty or params.frequency_penalty:
+        out.append(PresenceFrequencyPenaltyLogitsProcessor(prompt_length, params.presence_penalty,
+                                                           params.frequency_penalty))
+    eos_ids = list(eos_ids)
     if params.bad_words_ids:
         out.append(NoBadWordsLogitsProcessor([list(seq) for seq in params.bad_words_ids], sorted(eos_ids) or None))
+    end_ids = sorted(params.end_ids(eos_ids))
+    if params.min_tokens and end_ids:
+        out.append(MinNewTokensLengthLogitsProcessor(prompt_length, params.min_tokens, end_ids))
     if params.suppress_tokens:
         out.append(SuppressTokensLogitsProcessor(params.suppress_tokens))
     if params.begin_suppress_tokens:
         out.append(SuppressTokensAtBeginLogitsProcessor(params.begin_suppress_tokens, prompt_length))
     return out
+
+
+class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
+    r"""OpenAI's ``presence_penalty`` and ``frequency_penalty`` over the completion tokens.
+
+    ``scores[v] -= frequency_penalty * count[v] + presence_penalty * (count[v] > 0)``, where ``count[v]``
+    counts token ``v`` in the completion so far (not the prompt): the formula of OpenAI's API reference
+    ("Parameter details") and of vLLM's ``apply_penalties``. Counts are recomputed from ``input_ids`` on
+    every call (one ``bincount``, O(completion + vocab)), so a rollback needs no bookkeeping.
+
+    Args:
+        prompt_length: tokens of ``input_ids`` that belong to the prompt (not penalised).
+        presence_penalty: in ``[-2, 2]``; positive values favour new tokens.
+        frequency_penalty: in ``[-2, 2]``; positive values discourage repeating tokens verbatim.
+
+    Raises:
+        ValueError: naming the argument that is out of range.
+
+    Examples:
+        >>> import torch
+        >>> p = PresenceFrequencyPenaltyLogitsProcessor(1, presence_penalty=0.5, frequency_penalty=1.0)
+        >>> p(torch.tensor([[0, 2, 2]]), torch.zeros(1, 3)).tolist()
+        [[0.0, 0.0, -2.5]]
+    """
+
+    def __init__(self, prompt_length: int, presence_penalty: float, frequency_penalty: float) -> None:
+        if not _is_int(prompt_length) or prompt_length < 0:
+            raise ValueError(f"prompt_length must be an int >= 0, got {prompt_length!r}")
+        for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
+            if not _is_number(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
+        self.prompt_length = prompt_length
+        self.presence_penalty = float(presence_penalty)
+        self.frequency_penalty = float(frequency_penalty)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Penalised scores.
+
+        Args:
+            input_ids: ``(batch_size, sequence_length)`` int64, prompt then completion.
+            scores: ``(batch_size, vocab_size)`` float logits.
+
+        Returns:
+            New ``(batch_size, vocab_size)`` scores (the input is not modified).
+        """
+        vocab_size = scores.shape[-1]
+        completion = input_ids[:, self.prompt_length:]
+        counts = torch.stack([torch.bincount(row, minlength=vocab_size)[:vocab_size] for row in completion])
+        counts = counts.to(scores.dtype)
+        return scores - self.frequency_penalty * counts - self.presence_penalty * (counts > 0).to(scores.dtype)
 
 
 def build_warpers(params: SamplingParams, vocab_size: int) -> LogitsProcessorList:
@@ -244,11 +338,18 @@ class TokenPicker:
             self.generator.manual_seed(params.seed)
 
     def pick(self, scores: torch.Tensor) -> int | None:
-        """A token id from ``scores`` (``(1, vocab)`` float), or ``None`` when every score is ``-inf``."""
+        """A token id from ``scores`` (``(1, vocab)`` float), or ``None`` when every score is ``-inf``.
+
+        Scores of ``+inf`` (a processor overflowed: ``repetition_penalty`` near 0 divides by ~0) are
+        answered with the argmax, softmax's limit as the scores grow; NaN scores count as ``-inf``. So
+        no accepted parameter can make ``torch.multinomial`` fail.
+        """
+        scores = torch.nan_to_num(scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
         best = int(scores.argmax())
-        if scores[0, best] == -math.inf:
+        top = scores[0, best]
+        if top == -math.inf:
             return None
-        if self.greedy:
+        if self.greedy or top == math.inf:
             return best
         probs = torch.softmax(scores, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generator))

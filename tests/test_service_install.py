@@ -1,0 +1,61 @@
+"""How the project is installed (issue 11): compatible ranges in pyproject.toml, exact versions in
+constraints.txt used by the Makefile (and so by CI) and the Dockerfile, and the CPU build of torch
+installed explicitly from PyTorch's CPU index rather than by luck of the local pip configuration."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def declared_requirements() -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    groups = [project["dependencies"], *project["optional-dependencies"].values()]
+    return [Requirement(line) for group in groups for line in group]
+
+
+def constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_pyproject_states_ranges_not_exact_pins():
+    exact = [str(r) for r in declared_requirements() if any(s.operator in ("==", "===") for s in r.specifier)]
+    assert exact == []
+
+
+def test_every_dependency_has_an_exact_version_in_the_constraints_within_its_range():
+    pins = constraints()
+    for requirement in declared_requirements():
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name], str(requirement))
+
+
+def test_torch_is_pinned_without_a_local_label_so_the_pin_fits_every_platform():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", constraints()["torch"])
+
+
+def test_make_install_and_the_image_use_the_constraints_and_the_cpu_index():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu" in makefile
+    install = [line.strip() for line in makefile.splitlines() if line.startswith("\t$(BIN)/pip install")]
+    assert "--extra-index-url $(TORCH_INDEX_URL)" in install[0] and install[0].endswith("torch")
+    assert "--no-deps" in install[0]  # only torch from the CPU index; its dependencies from the regular one
+    assert all("-c $(CONSTRAINTS)" in line for line in install if "requirements-models" not in line)
+    assert "torch.version.cuda" in makefile  # a CUDA build is refused unless asked for
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert 'pip install --index-url "${TORCH_INDEX_URL}" -c /src/constraints.txt torch' in dockerfile
+    assert 'pip install -c /src/constraints.txt "/src[service]"' in dockerfile
