@@ -170,8 +170,8 @@ def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype | None = None) -> P
 
 def model_directory(name: str = DEFAULT_MODEL) -> Path:
     """A Hugging Face model directory holding the model: the directory itself, or for a gguf its float32
-    conversion in the disk cache (written on first use, tens of seconds). vLLM loads it as it is
-    (``architectures`` set, a tied embedding saved under the embedding's name).
+    conversion in the disk cache, tokenizer included (written on first use, tens of seconds). vLLM loads it
+    as it is (``architectures`` set, a tied embedding saved under the embedding's name).
 
     Raises:
         ValueError: see ``resolve_model``.
@@ -188,7 +188,13 @@ def model_directory(name: str = DEFAULT_MODEL) -> Path:
             model = AutoModelForCausalLM.from_pretrained(
                 source.directory, gguf_file=source.gguf_file, dtype=torch.float32, local_files_only=True
             )
-            _publish(entry, lambda target: _save_dequantised(model, target), source)
+            tokenizer = load_tokenizer(name)
+
+            def write(target: Path) -> None:
+                _save_dequantised(model, target)
+                tokenizer.save_pretrained(target)  # a self-contained directory (`vllm serve DIR`)
+
+            _publish(entry, write, source)
             del model
     return entry
 
