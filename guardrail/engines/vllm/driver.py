@@ -55,10 +55,12 @@ class VLLMUsage(Usage):
     Attributes:
         resubmissions: requests submitted again after a rollback (``reprefills`` counts the same).
         cached_tokens: prompt tokens served from the prefix cache, over all submissions.
+        prefill_tokens: prompt tokens computed (not served from the prefix cache), over all submissions.
     """
 
     resubmissions: int = 0
     cached_tokens: int = 0
+    prefill_tokens: int = 0
 
 
 class _Job:
@@ -78,6 +80,7 @@ class _Job:
         self.submissions = 0
         self.cached_tokens = 0
         self.cached_for: str | None = None
+        self.submitted_tokens = 0
         self.steps = 0
         self.done = False
         self.started = time.perf_counter()
@@ -291,6 +294,7 @@ class VLLMDriver:
         )
         request_id = f"guardrail-{job.id}-{job.submissions}"
         job.submissions += 1
+        job.submitted_tokens += len(job.prompt) + position
         job.request_id = request_id
         self._jobs[request_id] = job
         self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=job.prompt + kept), sampling)
@@ -345,5 +349,5 @@ class VLLMDriver:
                                     seconds=time.perf_counter() - job.started)
         *rest, last = events
         usage = VLLMUsage(**asdict(last.usage), resubmissions=max(0, job.submissions - 1),
-                          cached_tokens=job.cached_tokens)
+                          cached_tokens=job.cached_tokens, prefill_tokens=job.submitted_tokens - job.cached_tokens)
         self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids)))
