@@ -81,6 +81,11 @@ class Runtime:
         self.vocab_size = len(self.vocab.token_bytes)
         self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
         self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab)
+        self.driver = None  # the vLLM engine (GUARDRAIL_ENGINE=vllm); guarded with the same vocab and artefacts
+        if settings.engine == "vllm":
+            from guardrail.engines.vllm.driver import VLLMDriver
+
+            self.driver = VLLMDriver.load(settings.model, vocab=self.vocab)
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
@@ -117,6 +122,8 @@ class Runtime:
 
     def close(self) -> None:
         self.worker.stop()
+        if self.driver is not None:
+            self.driver.close()
         self.catalog.stop()
         self.store.close()
 
@@ -124,6 +131,8 @@ class Runtime:
                 cancel: threading.Event) -> Iterator[Event]:
         """The decoder stream of one choice (runs on a worker thread); no lists = no guard."""
         artefact = self.artefacts.get(self.vocab, wordlists)[0] if wordlists else None
+        if self.driver is not None:
+            return self.driver.stream(prompt_ids, artefact=artefact, params=params, cancel=cancel)
         return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:

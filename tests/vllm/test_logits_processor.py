@@ -37,6 +37,7 @@ def test_the_entry_point_names_the_processor():
     ({"bans": {"-1": [3]}}, "'bans'"),
     ({"bans": {"0": [3, -4]}}, "'bans'"),
     ({"bans": [[0, 3]]}, "'bans'"),
+    ({"banned_ids": [1, "2"]}, "'banned_ids'"),
     ({"resume_tokens": -2}, "'resume_tokens'"),
     ({"resume_tokens": True}, "'resume_tokens'"),
     ({"mask": "everything"}, "'mask'"),
@@ -53,7 +54,7 @@ def test_requests_without_the_key_are_not_guarded():
 
 
 def test_guard_args_round_trip_through_extra_args():
-    args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans")
+    args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans", banned_ids=(1, 2))
     assert parse_guard_args(args.to_extra_args()) == args
 
 

@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from guardrail.engines.transformers.sampling import SamplingParams
@@ -37,6 +37,7 @@ from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
 from guardrail.matching.artefact import Artefact
+from guardrail.matching.vocab import TokenVocab
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "VLLMDriver", "VLLMUsage"]
 
@@ -96,11 +97,18 @@ class VLLMDriver:
         engine: a ``vllm.v1.engine.llm_engine.LLMEngine`` (in-process) whose logits processors include
             :class:`~guardrail.engines.vllm.logits_processor.GuardLogitsProcessor` (installed by entry point).
         tokenizer_path: the directory of the engine's tokenizer (the guard's bytes table is built from it).
+        vocab: use this bytes table (and the artefacts compiled for it) instead; it must hold the same bytes.
+
+    Raises:
+        ValueError: ``vocab`` differs from the engine tokenizer's bytes table.
     """
 
-    def __init__(self, engine, tokenizer_path: str | Path):
+    def __init__(self, engine, tokenizer_path: str | Path, vocab: TokenVocab | None = None):
         self.engine = engine
-        self.vocab, self.eos_ids = load_vocab(str(tokenizer_path))
+        own_vocab, self.eos_ids = load_vocab(str(tokenizer_path))
+        self.vocab = own_vocab if vocab is None else vocab
+        if self.vocab.token_bytes != own_vocab.token_bytes:
+            raise ValueError("vocab: not the bytes table of the engine's tokenizer")
         self.num_logits = engine.model_config.get_vocab_size()
         self.max_model_len = engine.model_config.max_model_len
         self._cache = None
@@ -115,7 +123,7 @@ class VLLMDriver:
     @classmethod
     def load(cls, model: str = "smollm2", *, block_size: int = DEFAULT_BLOCK_SIZE, enable_prefix_caching: bool = True,
              dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int | None = None,
-             **engine_args) -> VLLMDriver:
+             vocab: TokenVocab | None = None, **engine_args) -> VLLMDriver:
         """Start an in-process vLLM engine on ``model`` (a name or path, :func:`guardrail.models.model_directory`).
 
         Args:
@@ -124,6 +132,7 @@ class VLLMDriver:
             dtype: ``"float32"`` matches the embedded engine token for token; bfloat16 diverges on CPU.
             max_model_len: prompt + completion tokens at most.
             kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE`` (CPU KV cache in GiB) when not set in the environment.
+            vocab: see the class.
             **engine_args: more ``vllm.EngineArgs`` fields (``enforce_eager``, ``tensor_parallel_size``...).
 
         Raises:
@@ -141,7 +150,7 @@ class VLLMDriver:
         args = EngineArgs(model=str(directory), dtype=dtype, max_model_len=max_model_len, block_size=block_size,
                           enable_prefix_caching=enable_prefix_caching, **engine_args)
         engine = LLMEngine.from_engine_args(args)
-        return cls(engine, directory)
+        return cls(engine, directory, vocab)
 
     # -- the caller's side ------------------------------------------------------------------------------
     def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = ()) -> Artefact | None:
@@ -163,13 +172,15 @@ class VLLMDriver:
         return self._cache.get(self.vocab, lists)[0]
 
     def stream(self, prompt_ids: Sequence[int], *, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
-               params: SamplingParams | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
+               artefact: Artefact | None = None, params: SamplingParams | None = None,
+               cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate after ``prompt_ids``: :class:`TextDelta` and :class:`Rollback` events, then one :class:`Finish`
         (its ``usage`` a :class:`VLLMUsage`). The same events, hold-back and finish reasons as the embedded engine.
 
         Args:
             prompt_ids: the prompt's token ids (:func:`guardrail.prompts.prompt_ids`), not empty.
-            wordlists, banned_terms: what to guard against (none: plain vLLM, token for token).
+            wordlists, banned_terms: what to guard against (none: plain vLLM, token for token), or
+            artefact: the lists already compiled for :attr:`vocab` (the service's stored lists).
             params: sampling, stop strings, ``max_tokens``, rollback budget, ``timeout_s``.
             cancel: set it to end the stream at the next step (``finish_reason="cancelled"``).
 
@@ -193,8 +204,13 @@ class VLLMDriver:
         if unsupported:
             raise ValueError(f"not supported on the vLLM engine: {unsupported}")
         params.check_vocab(self.num_logits)
-        artefact = self.artefact(wordlists, banned_terms)
-        guard = GuardArgs(tuple(wordlists), tuple(banned_terms), mask="bans") if artefact is not None else None
+        if artefact is None:
+            artefact = self.artefact(wordlists, banned_terms)
+        elif wordlists or banned_terms:
+            raise ValueError("pass either artefact or wordlists/banned_terms, not both")
+        # The engine masks the artefact's always-banned ids and the position bans; the session catches hits.
+        guard = GuardArgs(banned_ids=tuple(int(t) for t in artefact.always_banned), mask="bans") \
+            if artefact is not None else None
         session = GuardSession(artefact, self.vocab, eos_ids=self.eos_ids, stop=params.stop,
                                max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                                max_rollbacks_per_position=params.max_rollbacks_per_position,
@@ -282,8 +298,7 @@ class VLLMDriver:
         extra_args = None
         if job.guard is not None:
             bans = session.bans.banned(position)
-            guard = GuardArgs(job.guard.wordlists, job.guard.banned_terms, {0: tuple(sorted(bans))} if bans else {},
-                              resume_tokens=position, mask="bans")
+            guard = replace(job.guard, bans={0: tuple(sorted(bans))} if bans else {}, resume_tokens=position)
             extra_args = guard.to_extra_args()
         seed = params.seed if params.seed is None or not job.submissions else params.seed + job.submissions
         sampling = VLLMSamplingParams(

@@ -12,11 +12,13 @@ Per-request arguments (``extra_args={"guardrail": {...}}``; ``vllm_xargs`` on vL
     banned_terms   extra terms (a list named "request")                         default []
     bans           {"<position>": [token ids]}: position bans, counted from     default {}
                    the request's first generated token
+    banned_ids     [token ids] masked at every position                         default []
     resume_tokens  the last N prompt tokens are already completion text: the   default 0
                    matcher starts after them (a resubmission after a rollback)
     mask           "completing" (mask-only guard, the default) or "bans" (only
-                   the always-banned ids and ``bans``: the rollback driver,
-                   :mod:`guardrail.engines.vllm.driver`, catches hits itself)
+                   the lists' always-banned ids, ``banned_ids`` and ``bans``: the
+                   rollback driver, :mod:`guardrail.engines.vllm.driver`, catches
+                   hits itself and passes its artefact's always-banned ids here)
 
 What it guarantees (``mask="completing"``): at every step the ids that would complete a banned term from
 the request's current matcher state are masked (:meth:`GuardSession.mask_ids`, the mask primitive), and
@@ -59,7 +61,7 @@ __all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", 
 EXTRA_ARGS_KEY = "guardrail"
 MaskMode = Literal["completing", "bans"]
 _MASK_MODES = ("completing", "bans")
-_FIELDS = ("wordlists", "banned_terms", "bans", "resume_tokens", "mask")
+_FIELDS = ("wordlists", "banned_terms", "bans", "banned_ids", "resume_tokens", "mask")
 #: Compiled artefacts kept per processor (one per distinct list selection; a compile costs ~1 s on CPU).
 ARTEFACT_LIMIT = 32
 _NO_IDS = np.zeros(0, dtype=np.int64)
@@ -74,6 +76,7 @@ class GuardArgs:
     bans: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     resume_tokens: int = 0
     mask: MaskMode = "completing"
+    banned_ids: tuple[int, ...] = ()
 
     @property
     def guards_terms(self) -> bool:
@@ -85,7 +88,7 @@ class GuardArgs:
         return {EXTRA_ARGS_KEY: {
             "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
             "bans": {str(p): list(ids) for p, ids in self.bans.items()},
-            "resume_tokens": self.resume_tokens, "mask": self.mask,
+            "banned_ids": list(self.banned_ids), "resume_tokens": self.resume_tokens, "mask": self.mask,
         }}
 
 
@@ -106,6 +109,11 @@ def _count(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{_field(name)} must be an int >= 0, got {value!r}")
     return value
+
+
+def _token_ids(value: object) -> bool:
+    return not isinstance(value, str) and isinstance(value, Sequence) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
 def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | None:
@@ -132,6 +140,9 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     if not isinstance(bans_raw, Mapping):
         raise ValueError(f"{_field('bans')} must be an object {{position: [token ids]}}, got {type(bans_raw).__name__}")
     bans: dict[int, tuple[int, ...]] = {}
+    banned_ids = raw.get("banned_ids", ())
+    if not _token_ids(banned_ids):
+        raise ValueError(f"{_field('banned_ids')} must be a list of token ids >= 0, got {banned_ids!r}")
     for key, ids in bans_raw.items():
         try:
             position = int(key)
@@ -139,8 +150,7 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
             position = -1
         if position < 0:
             raise ValueError(f"{_field('bans')}: positions must be ints >= 0, got {key!r}")
-        if isinstance(ids, str) or not isinstance(ids, Sequence) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        if not _token_ids(ids):
             raise ValueError(f"{_field('bans')}[{key!r}] must be a list of token ids >= 0, got {ids!r}")
         bans[position] = tuple(ids)
     resume = _count("resume_tokens", raw.get("resume_tokens", 0))
@@ -150,7 +160,7 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     from guardrail.wordlists.selection import select_wordlists
 
     select_wordlists(wordlists, terms)  # unknown list names and invalid terms raise here, named
-    return GuardArgs(wordlists, terms, bans, resume, mask)
+    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(banned_ids))
 
 
 def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
@@ -205,6 +215,8 @@ class _Row:
                 session.advance(token)
             self.pushed = position
             ids = session.mask_ids()
+            if len(self.always):  # the request's banned_ids
+                ids = np.union1d(ids, self.always)
         else:
             ids = self.always
         extra = self.bans.get(position)
@@ -301,7 +313,9 @@ class GuardLogitsProcessor(LogitsProcessor):
                 session.advance(token)
         elif artefact is not None:
             always = artefact.always_banned
-        if self._num_logits > len(vocab):  # padded logits rows carry no text
+        if args.banned_ids:
+            always = np.union1d(always, np.array(args.banned_ids, dtype=np.int64))
+        if session is None and self._num_logits > len(vocab):  # padded logits rows carry no text
             always = np.union1d(always, np.arange(len(vocab), self._num_logits, dtype=np.int64))
         return _Row(output_ids, session, always, bans)
 
