@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test bench vllm-install
+.PHONY: install serve test bench vllm-install vllm-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,3 +47,8 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements-models.txt | $(VLLM_BIN)/py
 	touch $@
 
 vllm-install: $(VLLM_VENV)/.installed
+
+# The vLLM tests (tests/vllm/, skipped by `make test` where vllm is missing). nobind: vLLM's CPU backend
+# pins OpenMP threads to cores by default, which stalls decoding on shared cores (docs/vllm.md).
+vllm-test: vllm-install
+	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} $(VLLM_BIN)/python -m pytest -q tests/vllm $(PYTEST_ARGS)
