@@ -85,7 +85,7 @@ class Runtime:
         if settings.engine == "vllm":
             from guardrail.engines.vllm.driver import VLLMDriver
 
-            self.driver = VLLMDriver.load(settings.model, vocab=self.vocab)
+            self.driver = VLLMDriver.load(settings.model, vocab=self.vocab, **settings.vllm_engine_args)
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(

@@ -257,8 +257,14 @@ class VLLMDriver:
                     continue
                 for output in self.engine.step():
                     job = self._jobs.get(output.request_id)
-                    if job is not None:  # else the last output of an aborted submission
+                    if job is None:  # the last output of an aborted submission
+                        continue
+                    try:
                         self._on_output(job, output)
+                    except Exception as exc:  # noqa: BLE001 - one request's failure must not end the others
+                        self._retire(job)
+                        job.done = True
+                        job.events.put(exc)
             for job in list(self._jobs.values()):
                 self._finish(job, "cancelled")
         except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
@@ -274,7 +280,12 @@ class VLLMDriver:
             except queue.Empty:
                 return
             block = False
-            self._submit(job)
+            try:
+                self._submit(job)
+            except Exception as exc:  # noqa: BLE001 - vLLM refused the request: tell its caller only
+                self._retire(job)
+                job.done = True
+                job.events.put(exc)
 
     def _check_limits(self, job: _Job) -> None:
         if (job.cancel is not None and job.cancel.is_set()) or job.closed.is_set():
