@@ -239,7 +239,7 @@ class VLLMDriver:
             while True:
                 item = job.events.get()
                 if isinstance(item, BaseException):
-                    raise RuntimeError("the vLLM engine thread failed") from item
+                    raise RuntimeError(f"vLLM failed on this request: {item}") from item
                 yield item
                 if isinstance(item, Finish):
                     return
