@@ -243,6 +243,9 @@ class GuardLogitsProcessor(LogitsProcessor):
         self._device = device
         self._pin = is_pin_memory and device.type != "cpu"
         self._rows: dict[int, _Row] = {}
+        self._index_key: list[tuple[int, int]] = []  # (row, id(mask array)) the cached index was built from
+        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._index_arrays: list = []  # keeps those arrays alive, so that their ids stay theirs
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
         self._artefacts: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = OrderedDict()
@@ -278,22 +281,23 @@ class GuardLogitsProcessor(LogitsProcessor):
         """
         if not self._rows:
             return logits
-        rows: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
-        for index, row in self._rows.items():
-            ids = row.mask()
-            if len(ids):
-                rows.append(np.full(len(ids), index, dtype=np.int64))
-                cols.append(ids)
-        if rows:
-            row_index = torch.from_numpy(np.concatenate(rows))
-            col_index = torch.from_numpy(np.concatenate(cols))
+        masks = [(index, ids) for index, ids in ((i, row.mask()) for i, row in self._rows.items()) if len(ids)]
+        if not masks:
+            return logits
+        # Rows masked with the same arrays as last step (a driver's request between bans: its always-banned
+        # ids) reuse the index tensors built then.
+        key = [(index, id(ids)) for index, ids in masks]
+        if key != self._index_key:
+            row_index = torch.from_numpy(np.concatenate([np.full(len(ids), index, dtype=np.int64)
+                                                         for index, ids in masks]))
+            col_index = torch.from_numpy(np.concatenate([ids for _, ids in masks]))
             if self._device.type != "cpu":
                 row_index = row_index.pin_memory() if self._pin else row_index
                 col_index = col_index.pin_memory() if self._pin else col_index
                 row_index = row_index.to(self._device, non_blocking=True)
                 col_index = col_index.to(self._device, non_blocking=True)
-            logits[row_index, col_index] = -math.inf
+            self._index_key, self._index, self._index_arrays = key, (row_index, col_index), masks
+        logits[self._index] = -math.inf
         return logits
 
     # -- per-request state ----------------------------------------------------------------------------------
