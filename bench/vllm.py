@@ -5,7 +5,8 @@ shared and noisy: compare ratios):
 
 * ``throughput``: aggregate tokens/s of 1 and of 8 concurrent streams through :class:`VLLMDriver`, guarded
   (bundled ``en`` list; prompts that hit nothing) vs unguarded (no lists: plain vLLM requests on the same
-  engine). Floor: guarded ≥ 0.9 × unguarded. The two runs alternate, ``--reps`` times each.
+  engine). Floor: guarded ≥ 0.9 × unguarded. The two runs alternate (order swapped every rep), ``--reps``
+  times each; medians.
 * ``embedded``: the same single-stream prompts on the embedded engine (``StreamingDecoder``), guarded and not,
   for the side-by-side table.
 * ``rollback``: the cost of a resubmission at 128 / 512 / 2,000 tokens of context — the time to the first
@@ -68,12 +69,13 @@ def throughput(driver: VLLMDriver, chats: list[list[int]], tokens: int, reps: in
         prompts = chats[:streams]
         runs: dict[str, list[float]] = {"guarded": [], "unguarded": []}
         hits = 0
-        for _ in range(reps):
-            rate, _ = run_streams(driver, prompts, params=params)
-            runs["unguarded"].append(rate)
-            rate, finishes = run_streams(driver, prompts, params=params, wordlists=["en"])
-            runs["guarded"].append(rate)
-            hits += sum(f.usage.rollbacks for f in finishes)
+        for rep in range(reps):
+            order = ("unguarded", "guarded") if rep % 2 == 0 else ("guarded", "unguarded")  # no order bias
+            for name in order:
+                lists = ["en"] if name == "guarded" else []
+                rate, finishes = run_streams(driver, prompts, params=params, wordlists=lists)
+                runs[name].append(rate)
+                hits += sum(f.usage.rollbacks for f in finishes)
         guarded, unguarded = statistics.median(runs["guarded"]), statistics.median(runs["unguarded"])
         result[f"streams_{streams}"] = {
             "guarded_tokens_per_s": round(guarded, 2), "unguarded_tokens_per_s": round(unguarded, 2),
