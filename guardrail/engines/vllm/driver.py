@@ -41,9 +41,10 @@ from guardrail.matching.vocab import TokenVocab
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "VLLMDriver", "VLLMUsage"]
 
-#: KV-cache block size (tokens). A resubmission re-prefills at most one partial block; 32 measured best on
-#: CPU (docs/vllm.md): time to the resubmission's first token 0.16-0.47 s at ~1,000 tokens of context vs
-#: 8.6-11.9 s without prefix caching.
+#: KV-cache block size (tokens). A resubmission re-prefills only the tail past its last full block (fewer
+#: than ``block_size`` tokens: 1 at 129 tokens, 17 at 2,001, ``bench/vllm.py``). 32 is what issue 10
+#: measured on this CPU (first token of a resubmission 0.16-0.47 s at ~1,000 tokens of context, 8.6-11.9 s
+#: without prefix caching); smaller blocks were not swept here (docs/vllm.md).
 DEFAULT_BLOCK_SIZE = 32
 #: SamplingParams fields the vLLM engine does not implement (the embedded engine does).
 UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark")
