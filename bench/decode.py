@@ -29,10 +29,13 @@ import json
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Measure this checkout's guardrail, not the one installed in the venv (a worktree's bench would time main).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 

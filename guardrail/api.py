@@ -133,7 +133,9 @@ class Guard:
         if any(wl.terms for wl in lists):
             directory = cache_dir if cache_dir is not None else default_cache_dir()
             cache = ArtefactCache(redis_url=redis_url, cache_dir=directory)
-            artefact, _ = cache.get(vocab, lists)
+            # Ad-hoc banned terms (the "request" list) are compiled apart, never cached (docs/matching.md).
+            artefact = cache.get_with_request(vocab, [wl for wl in lists if wl.name != "request"],
+                                              [wl for wl in lists if wl.name == "request"])
         return cls(model, tokenizer, vocab, lists, artefact)
 
     def prompt_ids(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None) -> list[int]:

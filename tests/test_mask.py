@@ -1,7 +1,8 @@
 """The mask primitive: ``completing_tokens`` of a state is exactly the set of tokens whose transition from
 that state completes a match — checked against a brute-force sweep of SmolLM2's whole vocab, from random
 states reached by random token sequences, for several term sets (word/prefix/substring, phrases,
-case-sensitive, CJK with an allow-term), compiled with a root sweep and without one (request terms)."""
+case-sensitive, CJK with an allow-term), compiled with a root sweep, without one (request terms), and the
+two combined at run time."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail.matching.artefact import ROOT_STATE
+from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist
@@ -38,11 +40,16 @@ FRAGMENTS = ["listen", " list", "en", " talk", "fuck", " FUCK", " you", " y", "o
 
 @pytest.fixture(scope="module")
 def artefacts(smollm2_vocab):
-    """Per term set: the stored (swept) and the request (lazy) compile of the same lists."""
+    """Per term set: the stored (swept) compile, the request (lazy) compile, and the two combined."""
     built = {}
     for name, lists in TERM_SETS.items():
         built[name, "stored"] = compile_artefact(smollm2_vocab, lists)
         built[name, "request"] = compile_request_artefact(smollm2_vocab, lists)
+        if len(lists) == 1:  # split one list in two halves to combine
+            half = len(lists[0].terms) // 2
+            lists = [WordList("a", lists[0].terms[:half], lists[0].allow), WordList("b", lists[0].terms[half:])]
+        built[name, "combined"] = CombinedArtefact(compile_artefact(smollm2_vocab, lists[:1]),
+                                                   compile_request_artefact(smollm2_vocab, lists[1:], lists[:1]))
     return built
 
 
@@ -76,9 +83,9 @@ def _byte_token(vocab, byte: int) -> int:
     return _BYTE_TOKENS[byte]
 
 
-@pytest.mark.parametrize("kind", ["stored", "request"])
+@pytest.mark.parametrize("kind", ["stored", "request", "combined"])
 @pytest.mark.parametrize("term_set", list(TERM_SETS))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_completing_tokens_equal_a_brute_force_vocab_sweep(artefacts, smollm2_tokenizer, smollm2_vocab,
                                                            term_set, kind, data):

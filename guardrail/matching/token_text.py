@@ -6,8 +6,8 @@ character, whitespace runs collapsed inside the token, an unfinished trailing UT
 It is built once per vocab (:meth:`TokenTextIndex.for_vocab`, ~1 s for Gemma 3's 262,144 tokens on one
 core) and answers, in well under a millisecond to a few milliseconds:
 
-* :meth:`starting_with`: tokens whose text begins with a string (binary search over the sorted texts);
-* :meth:`containing`: tokens whose text contains a string (``str.find`` over one joined blob);
+* :meth:`starting_with`: tokens whose text begins with a string;
+* :meth:`containing`: tokens whose text contains a string (an index of 1-3 character windows);
 * :attr:`nonword_first`: tokens whose first normalised character is a non-word character;
 * :attr:`continuation_first`: tokens whose bytes begin with a UTF-8 continuation byte.
 
@@ -17,7 +17,6 @@ transitions: the index never decides a match by itself.
 
 from __future__ import annotations
 
-import bisect
 import codecs
 import re
 import threading
@@ -27,9 +26,7 @@ import numpy as np
 from guardrail.matching.normalize import fold_char, is_word_char
 
 #: Separator of the joined blob: NUL is dropped by normalisation, so no token text contains it.
-_SEPARATOR = "\x00"
-_ASCII_SPACE = re.compile(r"[\t\n\x0b\x0c\r\x1c-\x1f ]+")
-_MAX_CHAR = "\U0010ffff"
+_SPACE_RUN = re.compile(" {2,}")
 
 
 def token_text(data: bytes) -> str:
@@ -44,52 +41,86 @@ def token_text(data: bytes) -> str:
 def normalize_token(text: str, case_sensitive: bool) -> str:
     """Normalise a token's text as :meth:`guardrail.matching.automaton.Automaton.feed` reads it from a
     context without a preceding space (a leading space is kept; internal runs collapse to one)."""
-    if text.isascii():
-        if not case_sensitive:
-            text = text.lower()
-        return _ASCII_SPACE.sub(" ", text.replace("\x00", ""))
-    out: list[str] = []
-    prev_space = False
-    for char in text:
-        for c in fold_char(char, case_sensitive):
-            if c == " ":
-                if prev_space:
-                    continue
-                prev_space = True
-            else:
-                prev_space = False
-            out.append(c)
-    return "".join(out)
+    return normalize_tokens([text], case_sensitive)[0]
+
+
+def normalize_tokens(texts: list[str], case_sensitive: bool) -> list[str]:
+    """:func:`normalize_token` of many texts at once: one ``str.translate`` over the joined texts with a
+    table of :func:`~guardrail.matching.normalize.fold_char` per distinct character, then whitespace runs
+    collapsed (``fold_char`` maps every whitespace character to one space)."""
+    joined = "".join(texts)
+    separator = next(c for c in ("\uffff", "\U0010fffe", "\U0010ffff", "\ufffe") if c not in joined)
+    table = {ord(c): fold_char(c, case_sensitive) for c in set(joined)}
+    folded = separator.join(texts).translate(table)
+    return _SPACE_RUN.sub(" ", folded).split(separator)
 
 
 class _CaseIndex:
-    """The index of one case mode (see :class:`TokenTextIndex`)."""
+    """The index of one case mode (see :class:`TokenTextIndex`).
+
+    Every window of 1, 2 and 3 characters of every text, packed into one ``int64`` (21 bits per code
+    point), sits in a sorted array with its token id alongside (and, for prefix search, the windows at
+    the start of each text). A needle's candidates are the tokens holding its rarest window, each then
+    checked with ``in`` (``startswith``). All built with numpy over the texts' UTF-32 code points.
+    """
 
     def __init__(self, texts: list[str]):
-        order = sorted(range(len(texts)), key=texts.__getitem__)
-        self.sorted_texts = [texts[i] for i in order]
-        self.sorted_ids = np.asarray(order, dtype=np.int64)
-        self.blob = _SEPARATOR.join(texts)
-        starts = np.zeros(len(texts), dtype=np.int64)
-        np.cumsum([len(t) + 1 for t in texts[:-1]], out=starts[1:])
-        self.starts = starts
-        self.nonword_first = np.asarray([i for i, t in enumerate(texts) if t and not is_word_char(t[0])],
-                                        dtype=np.int64)
+        self.texts = texts
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        points = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        owner = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+        first = np.cumsum(lengths) - lengths
+        offset = np.arange(len(points), dtype=np.int64) - np.repeat(first, lengths)
+        room = np.repeat(lengths, lengths) - offset  # characters left in the text from each position
+        starts_nonword = np.array([not is_word_char(chr(c)) for c in points[first[lengths > 0]].tolist()])
+        self.nonword_first = np.flatnonzero(lengths > 0)[starts_nonword].astype(np.int64)
+        # windows[w - 1]: (sorted keys, owners) of every w-character window; heads: only windows at offset 0.
+        self.windows: list[tuple[np.ndarray, np.ndarray]] = []
+        self.heads: list[tuple[np.ndarray, np.ndarray]] = []
+        for width in (1, 2, 3):
+            usable = np.flatnonzero(room >= width)
+            keys = np.zeros(len(usable), dtype=np.int64)
+            for k in range(width):
+                keys = (keys << 21) | points[usable + k]
+            owners = owner[usable]
+            by_key = np.argsort(keys)
+            self.windows.append((keys[by_key], owners[by_key]))
+            at_head = offset[usable] == 0
+            by_key = np.argsort(keys[at_head])
+            self.heads.append((keys[at_head][by_key], owners[at_head][by_key]))
+
+    @staticmethod
+    def _key(chars: str) -> int:
+        key = 0
+        for c in chars:
+            key = (key << 21) | ord(c)
+        return key
 
     def starting_with(self, prefix: str) -> np.ndarray:
-        lo = bisect.bisect_left(self.sorted_texts, prefix)
-        hi = bisect.bisect_left(self.sorted_texts, prefix + _MAX_CHAR, lo)
-        return self.sorted_ids[lo:hi]
+        width = min(len(prefix), 3)
+        keys, owners = self.heads[width - 1]
+        key = self._key(prefix[:width])
+        found = owners[np.searchsorted(keys, key):np.searchsorted(keys, key, side="right")]
+        if len(prefix) == width:
+            return found
+        texts = self.texts
+        return np.asarray([t for t in found.tolist() if texts[t].startswith(prefix)], dtype=np.int64)
 
     def containing(self, needle: str) -> np.ndarray:
-        find, positions = self.blob.find, []
-        at = find(needle)
-        while at >= 0:
-            positions.append(at)
-            at = find(needle, at + 1)
-        if not positions:
-            return np.empty(0, dtype=np.int64)
-        return np.unique(np.searchsorted(self.starts, np.asarray(positions), side="right") - 1).astype(np.int64)
+        width = min(len(needle), 3)
+        keys, owners = self.windows[width - 1]
+        best = (0, len(keys) + 1)
+        for i in range(len(needle) - width + 1):
+            key = self._key(needle[i:i + width])
+            lo = int(np.searchsorted(keys, key))
+            hi = int(np.searchsorted(keys, key, side="right"))
+            if hi - lo < best[1] - best[0]:
+                best = (lo, hi)
+        candidates = np.unique(owners[best[0]:best[1]])
+        if len(needle) == width:
+            return candidates
+        texts = self.texts
+        return np.asarray([t for t in candidates.tolist() if needle in texts[t]], dtype=np.int64)
 
 
 class TokenTextIndex:
@@ -113,7 +144,7 @@ class TokenTextIndex:
         started = time.perf_counter()
         texts = [token_text(b) for b in token_bytes]
         self.size = len(texts)
-        self._modes = {cs: _CaseIndex([normalize_token(t, cs) for t in texts]) for cs in (False, True)}
+        self._modes = {cs: _CaseIndex(normalize_tokens(texts, cs)) for cs in (False, True)}
         self.continuation_first = np.asarray([i for i, b in enumerate(token_bytes) if b and b[0] & 0xC0 == 0x80],
                                              dtype=np.int64)
         self.build_seconds = time.perf_counter() - started
@@ -131,7 +162,7 @@ class TokenTextIndex:
         return found
 
     def starting_with(self, prefix: str, case_sensitive: bool) -> np.ndarray:
-        """``int64[k]`` ids (unsorted) of tokens whose normalised text starts with ``prefix``."""
+        """``int64[k]`` ids (unsorted) of tokens whose normalised text starts with ``prefix`` (non-empty)."""
         return self._modes[case_sensitive].starting_with(prefix)
 
     def containing(self, needle: str, case_sensitive: bool) -> np.ndarray:

@@ -20,8 +20,8 @@ limits):
 * **After the fact**: a ``word`` term is only complete once its right boundary is known, i.e. on the *next*
   token (" cat" is a match only if a non-letter follows). The processor masks every token that would close
   the word there, and EOS, but ``max_new_tokens`` (or a stop criterion) can still end the text right after
-  the word: the term then stands at the very end. Such hits are recorded in ``processor.sessions[row].missed``
-  and reported by :meth:`GuardLogitsProcessor.missed`; nothing can take the text back.
+  the word: the term then stands at the very end. :meth:`GuardLogitsProcessor.missed` (given ``generate``'s
+  output) reports such hits per row; nothing can take the text back.
 * **Glued and misspelled forms**: masking only the completing tokens leaves the term's beginning in the text,
   so the model continues it some other way — " cat" + "s", "Thank" + "you", "sorr" + "y" — the glued evasions
   of docs/matching.md. Only a rollback to where the term began (and a ban there) gives fluent text; a mask
@@ -63,8 +63,8 @@ class GuardLogitsProcessor(LogitsProcessor):
 
     Example:
         >>> processor = GuardLogitsProcessor(artefact, vocab)
-        >>> model.generate(ids, logits_processor=[processor], do_sample=False, max_new_tokens=32)
-        >>> processor.missed()   # hits completed after the fact (the text ended on a pending word)
+        >>> out = model.generate(ids, logits_processor=[processor], do_sample=False, max_new_tokens=32)
+        >>> processor.missed(out)   # per row: terms completed after the fact (the text ended on a pending word)
     """
 
     def __init__(self, artefact: Artefact, vocab: TokenVocab, eos_ids=None):
@@ -76,9 +76,29 @@ class GuardLogitsProcessor(LogitsProcessor):
         self.sessions: list[GuardSession] = []
         self._done: list[bool] = []
         self._previous: torch.Tensor | None = None  # input_ids of the previous call
+        self._ended = False  # missed(sequences) checked the end of the text
 
-    def missed(self) -> list[list[Hit]]:
-        """Per row: terms completed after the fact (see the module docstring)."""
+    def missed(self, sequences: torch.Tensor | None = None) -> list[list[Hit]]:
+        """Per row: terms completed after the fact (see the module docstring).
+
+        Args:
+            sequences: ``generate``'s output ``(batch, seq_len)`` int64. A processor never sees the last
+                generated token (no step follows it) nor the end of the text: pass the output to check both
+                (once; later calls return the same). Without it, the hits seen up to the last step.
+        """
+        if sequences is not None and self._previous is not None and not self._ended:
+            self._ended = True
+            start = self._previous.shape[1]
+            for row, tokens in enumerate(sequences[:, start:].tolist()):
+                session = self.sessions[row]
+                for token in tokens:
+                    if self._done[row]:
+                        break
+                    self._done[row] = token in self.eos_ids
+                    session.advance(token)
+                if not self._done[row]:
+                    session.text_ends()
+                    self._done[row] = True
         return [list(s.missed) for s in self.sessions]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -130,3 +150,4 @@ class GuardLogitsProcessor(LogitsProcessor):
         self.sessions = [GuardSession(self.artefact, self.vocab, eos_ids=self.eos_ids, num_logits=num_logits)
                          for _ in range(batch)]
         self._done = [False] * batch
+        self._ended = False

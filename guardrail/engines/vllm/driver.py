@@ -155,22 +155,26 @@ class VLLMDriver:
 
     # -- the caller's side ------------------------------------------------------------------------------
     def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = ()) -> Artefact | None:
-        """The compiled lists (``None`` without terms), from guardrail's artefact cache.
+        """The compiled lists (``None`` without terms): bundled lists from guardrail's artefact cache, the
+        extra terms compiled per call and combined with them (``ArtefactCache.get_with_request``).
 
         Raises:
             WordListError: unknown list name, invalid term.
         """
         from guardrail.wordlists.selection import select_wordlists
+        from guardrail.wordlists.wordlist import wordlist_from_terms
 
-        lists = select_wordlists(wordlists, banned_terms)
-        if not any(wl.terms for wl in lists):
+        stored = select_wordlists(wordlists)
+        own = [wordlist_from_terms(banned_terms)] if banned_terms else []
+        if not any(wl.terms for wl in (*stored, *own)):
             return None
         if self._cache is None:
             from guardrail.matching.cache import ArtefactCache
             from guardrail.models import cache_dir
 
             self._cache = ArtefactCache(cache_dir=cache_dir())
-        return self._cache.get(self.vocab, lists)[0]
+        # The request's own terms compile apart in milliseconds (no vocab sweep) and combine with the lists.
+        return self._cache.get_with_request(self.vocab, stored, own)
 
     def stream(self, prompt_ids: Sequence[int], *, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
                artefact: Artefact | None = None, params: SamplingParams | None = None,
