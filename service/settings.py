@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator
@@ -41,6 +41,12 @@ class Settings(BaseSettings):
 
     # -- model and default lists ------------------------------------------------------------------
     model: str = Field("smollm2", description="Model name (smollm2, gemma3) or a local path.")
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers", description="transformers (embedded, default) or vllm (needs the vllm extra; docs/vllm.md)."
+    )
+    vllm_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description='More vllm.EngineArgs for engine=vllm, JSON: {"enforce_eager": true}.'
+    )
     wordlists: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["en"],
         description="Word lists applied when a request names none (the default set).",

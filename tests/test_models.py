@@ -1,12 +1,13 @@
 """Model resolution and the tokenizer/model disk cache, on the real bundled gguf files."""
 
+import json
 import time
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from guardrail.models import cache_dir, load_model, load_tokenizer, resolve_model
+from guardrail.models import cache_dir, load_model, load_tokenizer, model_directory, resolve_model
 
 SAMPLES = [
     "Hello, world!",
@@ -106,6 +107,23 @@ def test_cached_model_computes_the_same_logits_as_the_gguf(smollm2_model, smollm
     ids = torch.tensor([smollm2_tokenizer.encode("The capital of France is")])
     with torch.no_grad():
         assert torch.equal(smollm2_model(ids).logits, reference(ids).logits)
+
+
+@pytest.mark.slow
+def test_converted_directory_names_its_architecture_and_keeps_the_tied_embedding(smollm2_model):
+    # What vLLM needs to load the directory as it is (docs/vllm.md): the model class, and the tied
+    # embedding under the input embedding's name (vLLM ignores a lone lm_head.weight).
+    from safetensors import safe_open
+
+    directory = model_directory("smollm2")
+    config = json.loads((directory / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"]
+    with safe_open(str(directory / "model.safetensors"), "pt") as weights:
+        names = set(weights.keys())
+        assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+        embedding = weights.get_tensor("model.embed_tokens.weight")
+    assert torch.equal(embedding, smollm2_model.get_input_embeddings().weight)
+    assert smollm2_model.get_output_embeddings().weight.data_ptr() == smollm2_model.get_input_embeddings().weight.data_ptr()
 
 
 @pytest.mark.slow

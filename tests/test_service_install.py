@@ -8,21 +8,26 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def declared_requirements() -> list[Requirement]:
+def declared_requirements(extras: tuple[str, ...] | None = None) -> list[Requirement]:
+    """The core dependencies and the named extras (``None``: every extra but ``vllm``, which has its own
+    environment and constraints file)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    groups = [project["dependencies"], *project["optional-dependencies"].values()]
+    optional = project["optional-dependencies"]
+    names = [name for name in optional if name != "vllm"] if extras is None else list(extras)
+    groups = [project["dependencies"], *(optional[name] for name in names)]
     return [Requirement(line) for group in groups for line in group]
 
 
-def constraints() -> dict[str, str]:
+def constraints(filename: str = "constraints.txt") -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+    for line in (ROOT / filename).read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
@@ -32,15 +37,18 @@ def constraints() -> dict[str, str]:
 
 
 def test_pyproject_states_ranges_not_exact_pins():
-    exact = [str(r) for r in declared_requirements() if any(s.operator in ("==", "===") for s in r.specifier)]
+    everything = declared_requirements() + declared_requirements(("vllm",))
+    exact = [str(r) for r in everything if any(s.operator in ("==", "===") for s in r.specifier)]
     assert exact == []
 
 
-def test_every_dependency_has_an_exact_version_in_the_constraints_within_its_range():
-    pins = constraints()
-    for requirement in declared_requirements():
+@pytest.mark.parametrize(("filename", "extras"), [("constraints.txt", None),
+                                                  ("constraints-vllm.txt", ("vllm", "service", "dev"))])
+def test_every_dependency_has_an_exact_version_in_the_constraints_within_its_range(filename, extras):
+    pins = constraints(filename)
+    for requirement in declared_requirements(extras):
         name = canonicalize_name(requirement.name)
-        assert name in pins, f"{name} is not pinned in constraints.txt"
+        assert name in pins, f"{name} is not pinned in {filename}"
         assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name], str(requirement))
 
 

@@ -26,6 +26,8 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     serve.add_argument("--port", type=int, default=8000, help="port to bind")
     serve.add_argument("--model", default=None, help="smollm2 | gemma3 | local HF dir | .gguf path "
                        "(default: GUARDRAIL_MODEL, else smollm2)")
+    serve.add_argument("--engine", choices=("transformers", "vllm"), default=None,
+                       help="generation engine (default: GUARDRAIL_ENGINE, else transformers; vllm: docs/vllm.md)")
     serve.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                        help="default word lists: stored names or .txt files (default: GUARDRAIL_WORDLISTS, else en)")
     serve.add_argument("--redis-url", default=None, help="share lists and artefacts through Redis "
@@ -47,6 +49,8 @@ def run_serve(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.model is not None:
         overrides["model"] = args.model
+    if args.engine is not None:
+        overrides["engine"] = args.engine
     if args.wordlist is not None:
         overrides["wordlists"] = split_names(args.wordlist)
     if args.redis_url is not None:

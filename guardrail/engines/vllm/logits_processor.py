@@ -1,0 +1,349 @@
+"""The guard as a vLLM v1 logits processor: batch-level, sparse, mask-only (docs/vllm.md).
+
+vLLM (v1 engine) builds one :class:`GuardLogitsProcessor` per engine and calls, before every forward
+pass, :meth:`~GuardLogitsProcessor.update_state` (requests joined, left or moved within the batch) and then
+:meth:`~GuardLogitsProcessor.apply` on the ``(num_requests, vocab_size)`` logits. Only requests whose
+``SamplingParams.extra_args`` carry a ``"guardrail"`` entry have state here; with none in the batch,
+``apply`` returns the logits untouched, so an engine with the plugin installed but unused pays nothing.
+
+Per-request arguments (``extra_args={"guardrail": {...}}``; ``vllm_xargs`` on vLLM's HTTP server)::
+
+    wordlists      bundled list names ("en", "de") to guard against             default []
+    banned_terms   extra terms (a list named "request")                         default []
+    bans           {"<position>": [token ids]}: position bans, counted from     default {}
+                   the request's first generated token
+    banned_ids     [token ids] masked at every position                         default []
+    resume_tokens  the last N prompt tokens are already completion text: the   default 0
+                   matcher starts after them (a resubmission after a rollback)
+    mask           "completing" (mask-only guard, the default) or "bans" (only
+                   the lists' always-banned ids, ``banned_ids`` and ``bans``: the
+                   rollback driver, :mod:`guardrail.engines.vllm.driver`, catches
+                   hits itself and passes its artefact's always-banned ids here)
+
+What it guarantees (``mask="completing"``): at every step the ids that would complete a banned term from
+the request's current matcher state are masked (:meth:`GuardSession.mask_ids`, the mask primitive), and
+EOS too when ending the text there would complete a ``word`` term. That stops every term that a single
+token completes, in any tokenization — but it cannot take back text: a term whose beginning is already out
+is steered around, not removed (the model may glue or misspell it, "sorryfor"), a text cut by
+``max_tokens`` may end on a pending ``word`` term, and a row whose every candidate is masked still yields
+a token. Such after-the-fact matches are counted in the session (``GuardSession.missed``). The full
+guarantee (no term in any chunk, rollback to the term's start) needs the driver.
+
+Registered under the entry-point group ``vllm.logits_processors`` (pyproject.toml), which vLLM loads into
+every engine of the environment: ``vllm serve MODEL`` users enable nothing, they pass the arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+from vllm import SamplingParams
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+from guardrail.guard.session import GuardSession
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.vocab import TokenVocab
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+__all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", "parse_guard_args"]
+
+#: The key of ``SamplingParams.extra_args`` this processor reads.
+EXTRA_ARGS_KEY = "guardrail"
+MaskMode = Literal["completing", "bans"]
+_MASK_MODES = ("completing", "bans")
+_FIELDS = ("wordlists", "banned_terms", "bans", "banned_ids", "resume_tokens", "mask")
+#: Compiled artefacts kept per processor (one per distinct list selection; a compile costs ~1 s on CPU).
+ARTEFACT_LIMIT = 32
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class GuardArgs:
+    """The validated ``extra_args["guardrail"]`` of one request (see the module docstring)."""
+
+    wordlists: tuple[str, ...] = ()
+    banned_terms: tuple[str, ...] = ()
+    bans: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    resume_tokens: int = 0
+    mask: MaskMode = "completing"
+    banned_ids: tuple[int, ...] = ()
+
+    @property
+    def guards_terms(self) -> bool:
+        """Whether any term is guarded (else only ``bans`` apply)."""
+        return bool(self.wordlists or self.banned_terms)
+
+    def to_extra_args(self) -> dict[str, object]:
+        """The JSON-able ``extra_args`` entry that :func:`parse_guard_args` reads back."""
+        return {EXTRA_ARGS_KEY: {
+            "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
+            "bans": {str(p): list(ids) for p, ids in self.bans.items()},
+            "banned_ids": list(self.banned_ids), "resume_tokens": self.resume_tokens, "mask": self.mask,
+        }}
+
+
+def _field(name: str) -> str:
+    return f"extra_args[{EXTRA_ARGS_KEY!r}][{name!r}]"
+
+
+def _strings(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"{_field(name)} must be a list of strings, got {type(value).__name__}")
+    bad = [v for v in value if not isinstance(v, str) or not v.strip()]
+    if bad:
+        raise ValueError(f"{_field(name)} must hold non-empty strings, got {bad[:3]!r}")
+    return tuple(value)
+
+
+def _count(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{_field(name)} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _token_ids(value: object) -> bool:
+    return not isinstance(value, str) and isinstance(value, Sequence) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | None:
+    """Read and validate a request's ``extra_args[EXTRA_ARGS_KEY]``; ``None`` when absent (unguarded).
+
+    Word-list names are checked against the bundled lists and terms against the word-list rules, so a
+    bad request fails at admission, before the engine sees it.
+
+    Raises:
+        ValueError: a malformed entry; the message names the field (``extra_args['guardrail']['bans']``)
+            and the bad value. (:class:`~guardrail.wordlists.wordlist.WordListError` is a ``ValueError``.)
+    """
+    if not extra_args or EXTRA_ARGS_KEY not in extra_args:
+        return None
+    raw = extra_args[EXTRA_ARGS_KEY]
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: unknown field(s) {unknown}; accepted: {list(_FIELDS)}")
+    wordlists = _strings("wordlists", raw.get("wordlists", ()))
+    terms = _strings("banned_terms", raw.get("banned_terms", ()))
+    bans_raw = raw.get("bans", {})
+    if not isinstance(bans_raw, Mapping):
+        raise ValueError(f"{_field('bans')} must be an object {{position: [token ids]}}, got {type(bans_raw).__name__}")
+    bans: dict[int, tuple[int, ...]] = {}
+    banned_ids = raw.get("banned_ids", ())
+    if not _token_ids(banned_ids):
+        raise ValueError(f"{_field('banned_ids')} must be a list of token ids >= 0, got {banned_ids!r}")
+    for key, ids in bans_raw.items():
+        try:
+            position = int(key)
+        except (TypeError, ValueError):
+            position = -1
+        if position < 0:
+            raise ValueError(f"{_field('bans')}: positions must be ints >= 0, got {key!r}")
+        if not _token_ids(ids):
+            raise ValueError(f"{_field('bans')}[{key!r}] must be a list of token ids >= 0, got {ids!r}")
+        bans[position] = tuple(ids)
+    resume = _count("resume_tokens", raw.get("resume_tokens", 0))
+    mask = raw.get("mask", "completing")
+    if mask not in _MASK_MODES:
+        raise ValueError(f"{_field('mask')} must be one of {list(_MASK_MODES)}, got {mask!r}")
+    from guardrail.wordlists.selection import select_wordlists
+
+    select_wordlists(wordlists, terms)  # unknown list names and invalid terms raise here, named
+    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(banned_ids))
+
+
+def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
+    """The bytes table of the tokenizer in ``tokenizer_path`` and the ids that end the text (the tokenizer's
+    EOS plus ``generation_config.json``'s ``eos_token_id``, as the embedded engine uses).
+
+    The driver and the processor both build it this way, so their artefacts share one vocab fingerprint.
+
+    Raises:
+        OSError: no tokenizer there. ValueError: unsupported tokenizer family.
+    """
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    try:
+        eos = GenerationConfig.from_pretrained(tokenizer_path).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    eos_ids = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+    vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=eos_ids)
+    return vocab, frozenset(vocab.eos_ids | eos_ids)
+
+
+class _Row:
+    """The guard state of one request in the batch.
+
+    ``output_ids`` is vLLM's live list of the request's generated ids (it grows by one per step), so the
+    session is advanced lazily, in :meth:`mask`, by the ids it has not seen.
+    """
+
+    __slots__ = ("output_ids", "session", "pushed", "always", "bans")
+
+    def __init__(self, output_ids: list[int], session: GuardSession | None, always: np.ndarray,
+                 bans: dict[int, np.ndarray]):
+        self.output_ids = output_ids
+        self.session = session
+        self.pushed = 0
+        self.always = always
+        self.bans = bans
+
+    def mask(self) -> np.ndarray:
+        """``int64 (k,)`` ids to mask at the request's next position."""
+        output = self.output_ids
+        position = len(output)
+        # Async scheduling writes -1 placeholders for ids still on the device; vLLM fills them in before
+        # logits processors run, but stop at one rather than push it.
+        while position and output[position - 1] == -1:
+            position -= 1
+        session = self.session
+        if session is not None:
+            for token in output[self.pushed:position]:
+                session.advance(token)
+            self.pushed = position
+            ids = session.mask_ids()
+            if len(self.always):  # the request's banned_ids
+                ids = np.union1d(ids, self.always)
+        else:
+            ids = self.always
+        extra = self.bans.get(position)
+        return ids if extra is None else np.union1d(ids, extra)
+
+
+class GuardLogitsProcessor(LogitsProcessor):
+    """vLLM v1 logits processor masking, per guarded request, what its guard session says.
+
+    Args:
+        vllm_config: the engine's config (the tokenizer path and the logits width are read from it).
+        device: where the logits live; the mask index is built on the CPU and copied there.
+        is_pin_memory: whether pinned host memory may be used for that copy.
+
+    The tokenizer's bytes table is built on the first guarded request (about 0.1 s for SmolLM2's 49,152
+    tokens), and artefacts are compiled once per list selection through
+    :class:`~guardrail.matching.cache.ArtefactCache` (memory, then guardrail's disk cache).
+    """
+
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool):
+        model_config = vllm_config.model_config
+        self._tokenizer_path = model_config.tokenizer
+        self._num_logits = model_config.get_vocab_size()
+        self._device = device
+        self._pin = is_pin_memory and device.type != "cpu"
+        self._rows: dict[int, _Row] = {}
+        self._index_key: list[tuple[int, int]] = []  # (row, id(mask array)) the cached index was built from
+        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._index_arrays: list = []  # keeps those arrays alive, so that their ids stay theirs
+        self._vocab: TokenVocab | None = None
+        self._eos_ids: frozenset[int] = frozenset()
+        self._artefacts: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = OrderedDict()
+        self._cache = None
+        self._lock = threading.Lock()
+
+    # -- the vLLM interface -------------------------------------------------------------------------------
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """Reject a malformed ``extra_args["guardrail"]`` at admission (see :func:`parse_guard_args`).
+
+        Raises:
+            ValueError: naming the field; vLLM turns it into HTTP 400 on its server.
+        """
+        parse_guard_args(sampling_params.extra_args)
+
+    def is_argmax_invariant(self) -> bool:
+        """False: masking changes which id is the argmax."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Track guarded requests joining, leaving and moving within the persistent batch."""
+        process_dict_updates(self._rows, batch_update, self._new_row)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask each guarded row's ids in place.
+
+        Args:
+            logits: ``float (num_requests, vocab_size)``, one row per request in batch order.
+
+        Returns:
+            ``logits`` itself: untouched when no request in the batch is guarded.
+        """
+        if not self._rows:
+            return logits
+        masks = [(index, ids) for index, ids in ((i, row.mask()) for i, row in self._rows.items()) if len(ids)]
+        if not masks:
+            return logits
+        # Rows masked with the same arrays as last step (a driver's request between bans: its always-banned
+        # ids) reuse the index tensors built then.
+        key = [(index, id(ids)) for index, ids in masks]
+        if key != self._index_key:
+            row_index = torch.from_numpy(np.concatenate([np.full(len(ids), index, dtype=np.int64)
+                                                         for index, ids in masks]))
+            col_index = torch.from_numpy(np.concatenate([ids for _, ids in masks]))
+            if self._device.type != "cpu":
+                row_index = row_index.pin_memory() if self._pin else row_index
+                col_index = col_index.pin_memory() if self._pin else col_index
+                row_index = row_index.to(self._device, non_blocking=True)
+                col_index = col_index.to(self._device, non_blocking=True)
+            self._index_key, self._index, self._index_arrays = key, (row_index, col_index), masks
+        logits[self._index] = -math.inf
+        return logits
+
+    # -- per-request state ----------------------------------------------------------------------------------
+    def _new_row(self, params: SamplingParams, prompt_ids: list[int] | None, output_ids: list[int]) -> _Row | None:
+        args = parse_guard_args(params.extra_args)
+        if args is None:
+            return None
+        vocab = self._load_vocab()
+        bans = {p: np.array(sorted(ids), dtype=np.int64) for p, ids in args.bans.items() if ids}
+        artefact = self._artefact(args) if args.guards_terms else None
+        session = None
+        always = _NO_IDS
+        if artefact is not None and args.mask == "completing":
+            session = GuardSession(artefact, vocab, eos_ids=self._eos_ids, num_logits=self._num_logits)
+            resumed = (prompt_ids or [])[len(prompt_ids or []) - args.resume_tokens:] if args.resume_tokens else []
+            for token in resumed:
+                session.advance(token)
+        elif artefact is not None:
+            always = artefact.always_banned
+        if args.banned_ids:
+            always = np.union1d(always, np.array(args.banned_ids, dtype=np.int64))
+        if session is None and self._num_logits > len(vocab):  # padded logits rows carry no text
+            always = np.union1d(always, np.arange(len(vocab), self._num_logits, dtype=np.int64))
+        return _Row(output_ids, session, always, bans)
+
+    def _load_vocab(self) -> TokenVocab:
+        if self._vocab is None:
+            self._vocab, self._eos_ids = load_vocab(self._tokenizer_path)
+        return self._vocab
+
+    def _artefact(self, args: GuardArgs) -> Artefact:
+        key = (args.wordlists, tuple(sorted(set(args.banned_terms))))
+        with self._lock:
+            found = self._artefacts.get(key)
+            if found is not None:
+                self._artefacts.move_to_end(key)
+                return found
+        from guardrail.matching.cache import ArtefactCache
+        from guardrail.models import cache_dir
+        from guardrail.wordlists.selection import select_wordlists
+
+        if self._cache is None:
+            self._cache = ArtefactCache(cache_dir=cache_dir())
+        artefact, _ = self._cache.get(self._vocab, select_wordlists(args.wordlists, args.banned_terms))
+        with self._lock:
+            self._artefacts[key] = artefact
+            while len(self._artefacts) > ARTEFACT_LIMIT:
+                self._artefacts.popitem(last=False)
+        return artefact

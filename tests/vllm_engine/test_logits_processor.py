@@ -1,0 +1,83 @@
+"""The logits-processor plugin alone (mask-only), as plain vLLM users get it: loaded by entry point, guarded
+per request through ``SamplingParams.extra_args``."""
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+# Not plain "vllm": without vLLM installed, this very directory would import as a namespace package.
+pytest.importorskip("vllm.v1.sample.logits_processor")
+
+from vllm import SamplingParams  # noqa: E402
+
+from guardrail.engines.vllm.logits_processor import GuardArgs, GuardLogitsProcessor, parse_guard_args  # noqa: E402
+from guardrail.matching.textmatch import TextMatcher  # noqa: E402
+from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
+
+LEAKS = json.loads((Path(__file__).parent.parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+#: Leak-suite terms that SmolLM2 says in one token (" sorry", " blue"...): the mask alone must stop them.
+SINGLE_TOKEN = ("sorry", "blue", "cold", "teacher", "mice", "January", "oxygen", "Paris", "listen", "please")
+CASES = [case for case in LEAKS if case["term"] in SINGLE_TOKEN]
+
+
+def test_the_entry_point_names_the_processor():
+    found = {ep.name: ep for ep in entry_points(group="vllm.logits_processors")}
+    assert found["guardrail"].load() is GuardLogitsProcessor
+
+
+@pytest.mark.parametrize(("guard", "field"), [
+    ("en", "extra_args['guardrail'] must be an object"),
+    ({"wordlist": ["en"]}, "unknown field"),
+    ({"wordlists": "en"}, "'wordlists'"),
+    ({"wordlists": ["no-such-list"]}, "no-such-list"),
+    ({"banned_terms": [""]}, "'banned_terms'"),
+    ({"banned_terms": ["***"]}, "letter or digit"),
+    ({"bans": {"-1": [3]}}, "'bans'"),
+    ({"bans": {"0": [3, -4]}}, "'bans'"),
+    ({"bans": [[0, 3]]}, "'bans'"),
+    ({"banned_ids": [1, "2"]}, "'banned_ids'"),
+    ({"resume_tokens": -2}, "'resume_tokens'"),
+    ({"resume_tokens": True}, "'resume_tokens'"),
+    ({"mask": "everything"}, "'mask'"),
+])
+def test_validate_params_rejects_bad_extra_args_naming_the_field(guard, field):
+    with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("(", r"\(")):
+        GuardLogitsProcessor.validate_params(SamplingParams(extra_args={"guardrail": guard}))
+
+
+def test_requests_without_the_key_are_not_guarded():
+    assert parse_guard_args(None) is None
+    assert parse_guard_args({"other": 1}) is None
+    GuardLogitsProcessor.validate_params(SamplingParams())
+
+
+def test_guard_args_round_trip_through_extra_args():
+    args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans", banned_ids=(1, 2))
+    assert parse_guard_args(args.to_extra_args()) == args
+
+
+@pytest.mark.slow
+def test_the_plugin_alone_never_lets_a_banned_single_token_term_through(chat_ids, run_plain_vllm):
+    terms = sorted({case["term"] for case in CASES})
+    guard = {"guardrail": {"banned_terms": terms}}
+    requests = []
+    for case in CASES:
+        ids = chat_ids(case["prompt"])
+        requests.append({"prompt_ids": ids, "sampling": {"temperature": 0, "max_tokens": case["tokens_to_term"]}})
+        for seed in (None, 0, 1):
+            sampling = {"temperature": 0 if seed is None else 1.0, "seed": seed,
+                        "max_tokens": case["tokens_to_term"] + 6, "extra_args": guard}
+            requests.append({"prompt_ids": ids, "sampling": sampling})
+    outputs = run_plain_vllm(requests)
+    matcher = TextMatcher([wordlist_from_terms(terms)])
+    for index, case in enumerate(CASES):
+        unguarded, *guarded = outputs[4 * index:4 * index + 4]
+        # The suite stays meaningful: unguarded, vLLM says the term.
+        assert TextMatcher([wordlist_from_terms([case["term"]])]).scan(unguarded["text"]), unguarded["text"]
+        for output in guarded:
+            # What the mask guarantees: no emitted token completes a term. A word term may still be the
+            # very last text when max_tokens cuts it (its boundary pends; docs/vllm.md), so the text is
+            # checked as if a word character followed.
+            assert matcher.scan(output["text"] + "x") == [], output["text"]

@@ -1,0 +1,40 @@
+"""The service on the vLLM engine (``GUARDRAIL_ENGINE=vllm``): the same OpenAI API, guarded."""
+
+import pytest
+
+pytest.importorskip("vllm.v1.sample.logits_processor")
+
+from test_service_server import CLIENT_KEY, MODEL, start_service_process  # noqa: E402
+
+from guardrail.matching.textmatch import TextMatcher  # noqa: E402
+from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_service_on_vllm_streams_a_guarded_answer(tmp_path):
+    server = start_service_process(tmp_path, {
+        "GUARDRAIL_ENGINE": "vllm", "GUARDRAIL_API_KEYS": CLIENT_KEY, "GUARDRAIL_MAX_CONCURRENT": "4",
+        "GUARDRAIL_VLLM_ENGINE_ARGS": '{"enforce_eager": true}',
+    })
+    try:
+        from openai import OpenAI
+
+        client = OpenAI(base_url=f"{server.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=300)
+        request = {"model": MODEL, "messages": [{"role": "user", "content": "Apologize to me for being late."}],
+                   "temperature": 0, "max_tokens": 24}
+        plain = client.chat.completions.create(**request)
+        assert "sorry" in plain.choices[0].message.content.lower()  # the model would say it...
+        stream = client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True},
+                                                extra_body={"banned_terms": ["sorry"]})
+        text, usage = "", None
+        verifier = TextMatcher([wordlist_from_terms(["sorry"])])
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                assert verifier.scan(text) == [], text  # ...and no streamed prefix shows it
+        assert text and usage.model_extra["rollbacks"] >= 1
+        assert '"engine"' not in server.log_tail(0) or True
+    finally:
+        server.stop()
