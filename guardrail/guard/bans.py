@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
+import numpy as np
 
 
 class PositionBans:
-    """``{position: token ids}`` with the mask index tensor of each position built once.
+    """``{position: token ids}`` with the sorted ``int64`` id array of each position built once (engines turn it
+    into their index tensor; no torch here).
 
     Example:
         >>> bans = PositionBans()
@@ -26,7 +27,7 @@ class PositionBans:
 
     def __init__(self) -> None:
         self._ids: dict[int, set[int]] = {}
-        self._index: dict[int, torch.Tensor] = {}
+        self._index: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         """Positions holding at least one ban."""
@@ -36,8 +37,9 @@ class PositionBans:
         """Token ids banned at ``position``."""
         return frozenset(self._ids.get(position, ()))
 
-    def at(self, position: int) -> torch.Tensor | None:
-        """``int64 (k,)`` index of the ids banned at ``position`` (for ``index_fill_``), or ``None``."""
+    def at(self, position: int) -> np.ndarray | None:
+        """``int64 (k,)`` sorted ids banned at ``position``, or ``None``; a new array object after every
+        :meth:`add` there (callers may cache what they build from it by identity)."""
         return self._index.get(position)
 
     def add(self, position: int, token_ids: Iterable[int]) -> None:
@@ -51,7 +53,7 @@ class PositionBans:
         ids = self._ids.setdefault(position, set())
         ids.update(int(t) for t in token_ids)
         if ids:
-            self._index[position] = torch.tensor(sorted(ids), dtype=torch.long)
+            self._index[position] = np.array(sorted(ids), dtype=np.int64)
 
     def rollback_to(self, position: int) -> None:
         """Drop every ban at a position ``> position``."""

@@ -252,3 +252,26 @@ class TokenPicker:
             return best
         probs = torch.softmax(scores, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+class BanMask:
+    """Sets banned ids to ``-inf`` in a scores row, with the index tensor rebuilt only when the ids change.
+
+    The guard session returns the same ``int64`` array object while the bans in force do not change
+    (:meth:`~guardrail.guard.session.GuardSession.banned_ids`), so the tensor is cached by identity:
+    ``torch.from_numpy`` (no copy) runs once per change, not once per step.
+    """
+
+    def __init__(self) -> None:
+        self._ids: object = None
+        self._index: torch.Tensor | None = None
+
+    def apply(self, scores: torch.Tensor, banned_ids) -> torch.Tensor:
+        """Mask ``scores`` (``(rows, vocab)`` float) in place at ``banned_ids`` (``int64 (k,)`` numpy array)
+        in every row; returns ``scores``."""
+        if banned_ids is not self._ids:
+            self._ids = banned_ids
+            self._index = torch.from_numpy(banned_ids) if len(banned_ids) else None
+        if self._index is not None:
+            scores.index_fill_(1, self._index, -math.inf)
+        return scores

@@ -1,0 +1,470 @@
+"""The guard session: the per-request guard state that any engine drives token by token.
+
+A :class:`GuardSession` holds everything the guard decides for one request — the matcher state after
+every kept token, position bans and retry bans, the rollback budget, stop strings, the end-of-text rule,
+hold-back and the release of final text, the events — and nothing of the engine: no tensors, no KV cache,
+no sampling, no callbacks. The engine asks it what to mask, tells it what it picked, and acts on the
+plain :class:`Step` it gets back (docs/design.md, "The decode step")::
+
+    session = GuardSession(artefact, vocab, eos_ids=eos, stop=params.stop, max_tokens=params.max_tokens)
+    while True:
+        scores[:, session.banned_ids()] = -inf      # the same array object until it changes: cache its tensor
+        token = pick(scores)                          # from the kept logits of session.position
+        if token is None:                             # every candidate banned
+            yield from session.finish("content_filter"); break
+        step = session.accept(token)
+        yield from step.events                        # TextDelta / Rollback, in order
+        if step.kind == KEEP:        logits[step.position] = forward(token); drop kept logits < session.frontier
+        elif step.kind == ROLLBACK:  crop the KV cache to prompt + step.position; drop kept logits > step.position
+        else:                        yield from session.finish(step.finish_reason, ...); break
+
+Rollback contract: a rollback never goes before :attr:`GuardSession.frontier`, so an engine that keeps the
+logits of every position in ``[frontier, position]`` rolls back without a forward pass (the transformers
+engine does; vLLM resubmits ``prompt + token_ids`` instead). Text handed out in a :class:`TextDelta` is final:
+no later rollback, end of text or stop string can retract it.
+
+Engines that can only mask logits (no rollback: a ``LogitsProcessor`` inside ``model.generate`` or vLLM) use
+:meth:`GuardSession.mask_ids` and :meth:`GuardSession.advance` instead of ``banned_ids``/``accept`` (a
+weaker guarantee: see :mod:`guardrail.engines.transformers.logits_processor`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from guardrail.guard.bans import PositionBans
+from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.guard.holdback import TextBuffer
+from guardrail.matching.artefact import Artefact
+from guardrail.matching.token_matcher import Hit, TokenMatcher
+from guardrail.matching.vocab import TokenVocab
+
+#: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``GuardSession._probe_cut``).
+UNCHECKED_CUT = -1
+
+StepKind = Literal["keep", "rollback", "finish"]
+KEEP: StepKind = "keep"
+ROLLBACK: StepKind = "rollback"
+FINISH: StepKind = "finish"
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+#: ``{vocab fingerprint: {byte value: id of a token holding exactly that byte}}`` (one entry per tokenizer).
+_BYTE_TOKENS: dict[str, dict[int, int]] = {}
+
+
+class Step(NamedTuple):
+    """What the engine does after :meth:`GuardSession.accept`.
+
+    Attributes:
+        kind: ``"keep"``: the token was kept, run the forward pass for the logits of ``position``;
+            ``"rollback"``: the session went back to ``position`` (bans applied, its own state truncated) —
+            crop the KV cache to ``prompt + position`` tokens and pick again from the kept logits of
+            ``position``; ``"finish"``: call :meth:`GuardSession.finish` with ``finish_reason``.
+        position: completion tokens kept after the step (the rollback target, for a rollback).
+        events: :class:`TextDelta` and :class:`Rollback` events to forward to the client, in order.
+        finish_reason: set when ``kind == "finish"``.
+    """
+
+    kind: StepKind
+    position: int
+    events: tuple[Event, ...] = ()
+    finish_reason: FinishReason | None = None
+
+
+def byte_tokens(vocab: TokenVocab) -> dict[int, int]:
+    """``{byte value: id of a token holding exactly that byte}`` (built once per vocab).
+
+    Both supported tokenizer families have all 256 (byte-level BPE's alphabet, SentencePiece's ``<0xNN>``),
+    except bytes a byte-level vocab lacks (see :class:`~guardrail.matching.vocab.TokenVocab`).
+    """
+    found = _BYTE_TOKENS.get(vocab.fingerprint)
+    if found is None:
+        found = {}
+        for token_id, data in enumerate(vocab.token_bytes):
+            if len(data) == 1 and token_id not in vocab.special_ids:
+                found.setdefault(data[0], token_id)
+        _BYTE_TOKENS[vocab.fingerprint] = found
+    return found
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+class GuardSession:
+    """The guard state of one request; an engine drives it token by token.
+
+    Args:
+        artefact: the compiled word lists for ``vocab``; ``None`` guards nothing (same bookkeeping, no
+            matcher: the benchmarks' unguarded baseline).
+        vocab: the tokenizer's bytes table.
+        eos_ids: ids that end the text (default ``vocab.eos_ids``); never pushed to the matcher.
+        stop: stop strings (non-empty); the answer ends before the first one, which is never emitted.
+        max_tokens: completion tokens to keep at most (``None``: the engine stops on its own).
+        max_rollbacks: rollbacks allowed per request before ``content_filter``.
+        max_rollbacks_per_position: rollbacks to one position allowed before ``content_filter``.
+        retry_bans: after a rollback also ban the tokens that would begin the same term at least as deep
+            (:meth:`TokenMatcher.retry_bans`); ``False`` bans only the term's first token.
+        num_logits: width of the engine's logits rows (``model.config.vocab_size``); ids from
+            ``len(vocab)`` up to it (padded embeddings) carry no text and are always banned.
+        prompt_tokens: prompt length, reported in :class:`Usage`.
+
+    Raises:
+        ValueError: the artefact was compiled for another vocab, or an argument is out of range (named).
+
+    Attributes:
+        always_banned: ``int64 (k,)`` ids masked at every position (tokens whose own text completes a term,
+            padded logits).
+        frontier: no rollback goes before this position: the logits of earlier positions may be dropped.
+        rollbacks: rollbacks so far (including same-position re-picks).
+        text: the completion's bytes and release cursor (:class:`TextBuffer`).
+    """
+
+    def __init__(self, artefact: Artefact | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
+                 stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
+                 max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
+                 prompt_tokens: int = 0):
+        if artefact is not None and artefact.vocab.fingerprint != vocab.fingerprint:
+            raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
+        if max_tokens is not None:
+            _check_count("max_tokens", max_tokens, 1)
+        _check_count("max_rollbacks", max_rollbacks, 0)
+        _check_count("max_rollbacks_per_position", max_rollbacks_per_position, 0)
+        _check_count("prompt_tokens", prompt_tokens, 0)
+        if num_logits is not None:
+            _check_count("num_logits", num_logits, 1)
+        self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
+        self.artefact = artefact
+        self.vocab = vocab
+        self.max_tokens = max_tokens
+        self.max_rollbacks = max_rollbacks
+        self.max_rollbacks_per_position = max_rollbacks_per_position
+        self.retry_bans = retry_bans
+        self.prompt_tokens = prompt_tokens
+        self.matcher = TokenMatcher(artefact) if artefact is not None else None
+        always = artefact.always_banned if artefact is not None else _NO_IDS
+        if num_logits is not None and num_logits > len(vocab):
+            always = np.concatenate([always, np.arange(len(vocab), num_logits, dtype=np.int64)])
+        self.always_banned = np.array(always, dtype=np.int64)
+        self.bans = PositionBans()
+        self.text = TextBuffer(vocab.token_bytes, stop)
+        self.frontier = 0
+        self.rollbacks = 0
+        self.started = time.perf_counter()
+        self._tokens: list[int] = []
+        self._rollbacks_at: dict[int, int] = {}
+        # _reach[k]: matcher.releasable() after the first k completion tokens (see _release_limit).
+        self._reach = [0]
+        self._union_of: np.ndarray | None = None  # the position-ban array _union was built from
+        self._union = _NO_IDS
+        self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
+        self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
+        self._mode: str | None = None  # "rollback" (accept) or "mask" (advance): never both
+        self._finished = False
+        #: Mask-only engines: hits that completed after the fact (see :meth:`advance`).
+        self.missed: list[Hit] = []
+
+    # -- state ----------------------------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """Completion tokens kept (the index of the position the engine picks for next)."""
+        return len(self._tokens)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The kept completion token ids (an engine that re-prefills feeds ``prompt + token_ids``)."""
+        return tuple(self._tokens)
+
+    @property
+    def held_back(self) -> int:
+        """Kept tokens whose text is not released yet (they may still be rolled back)."""
+        return self.position - self.text.token_at(self.text.released)
+
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`finish` was called."""
+        return self._finished
+
+    # -- what to mask ---------------------------------------------------------------------------------
+    def banned_ids(self) -> np.ndarray:
+        """Token ids to mask at the current position: :attr:`always_banned` ∪ the position's bans.
+
+        Returns:
+            ``int64 (k,)``, not to be modified. The same array object is returned until the bans in force
+            change (a rollback to, or away from, a position with bans), so an engine may cache the index
+            tensor it builds from it by identity (``if ids is not last: index = torch.from_numpy(ids)``).
+        """
+        extra = self.bans.at(self.position)
+        if extra is None:
+            return self.always_banned
+        if extra is not self._union_of:
+            self._union_of = extra
+            self._union = np.union1d(self.always_banned, extra)
+        return self._union
+
+    def completing_ids(self) -> np.ndarray:
+        """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
+        memoised per state by the matcher); empty when unguarded. What a mask-only engine masks."""
+        if self.matcher is None:
+            return _NO_IDS
+        completing = getattr(self.matcher, "completing_tokens", None)
+        if completing is not None:
+            return completing()
+        return _completing_by_sweep(self.matcher)
+
+    def mask_ids(self) -> np.ndarray:
+        """For mask-only engines: :attr:`always_banned` ∪ :meth:`completing_ids`, plus the EOS ids when ending
+        the text here would complete a ``word`` term (``int64 (k,)``, sorted, a new array)."""
+        parts = [self.always_banned, self.completing_ids()]
+        if self.matcher is not None and self.matcher.finish() is not None:
+            parts.append(np.fromiter(self.eos_ids, dtype=np.int64, count=len(self.eos_ids)))
+        return np.unique(np.concatenate(parts))
+
+    # -- rollback engines -------------------------------------------------------------------------------
+    def accept(self, token_id: int) -> Step:
+        """The engine picked ``token_id`` at :attr:`position`: keep it, roll back, or finish.
+
+        A token that completes a term is not kept: the session rolls back to where the term began, bans
+        its first token there (plus the retry bans), drops later bans and truncates its own state, and
+        returns ``kind="rollback"``. An EOS id, ``max_tokens`` reached or a stop string end the text — after
+        the end-of-text check (a pending ``word`` term at the very end matches and rolls back).
+
+        Raises:
+            RuntimeError: after :meth:`finish`, or when mixed with :meth:`advance`.
+        """
+        if self._mode != "rollback" or self._finished:
+            self._enter("rollback")
+        if token_id in self.eos_ids:
+            return self._end_of_text("stop", ())
+        matcher = self.matcher
+        if matcher is not None:
+            hit = matcher.push(token_id)
+            if hit is not None:
+                return self._roll_back(hit, ())
+        self._tokens.append(token_id)
+        text = self.text
+        text.append(token_id)
+        if matcher is not None:
+            self._reach.append(matcher.releasable())
+        stop_at = text.find_stop(len(self._tokens) - 1)
+        if stop_at is not None:
+            hit = self._probe_cut(stop_at)[1] if matcher is not None else None
+            if hit is None:
+                self._cut_bytes = stop_at
+                return Step(FINISH, len(self._tokens), (), "stop")
+            return self._roll_back(hit, ())
+        delta = self.release()
+        events = (TextDelta(delta),) if delta else ()
+        if self.max_tokens is not None and len(self._tokens) >= self.max_tokens:
+            return self._end_of_text("length", events)
+        return Step(KEEP, len(self._tokens), events)
+
+    def end_of_text(self, reason: FinishReason = "length") -> Step:
+        """The engine ends the text here (its own length limit): a pending ``word`` term at the very end
+        matches. Returns ``kind="finish"`` with ``reason``, or the rollback (decode on)."""
+        self._enter("rollback")
+        return self._end_of_text(reason, ())
+
+    def release(self) -> str:
+        """Text that became final (hold-back: no future match or stop string can claim it); also moves
+        :attr:`frontier`. :meth:`accept` calls it and returns the text as a :class:`TextDelta`."""
+        return self.text.release(self._release_limit())
+
+    def finish(self, reason: FinishReason, *, forward_passes: int = 0, reprefills: int = 0,
+               seconds: float | None = None) -> tuple[Event, ...]:
+        """End the stream: the last :class:`TextDelta` (if any) and the :class:`Finish`.
+
+        The answer is cut where :meth:`accept` said (a stop string, the start of a term when the rollback
+        budget ran out), else at :attr:`position` — moved back past any term the shorter text would end
+        with (a ``word`` term whose boundary the cut closes).
+
+        Args:
+            reason: the finish reason (``step.finish_reason``, or the engine's own: ``cancelled``, ``length``
+                on its wall-clock limit, ``content_filter`` when every candidate was banned).
+            forward_passes, reprefills: the engine's counters, reported in :class:`Usage`.
+            seconds: wall time of the generation (default: since the session was built).
+
+        Raises:
+            RuntimeError: called twice.
+        """
+        if self._finished:
+            raise RuntimeError("the session already finished")
+        self._finished = True
+        text = self.text
+        cut_bytes = self._cut_bytes
+        if cut_bytes is None:
+            cut = self.position if self._cut_tokens is None else self._cut_tokens
+            if self.matcher is not None and self._mode != "mask":
+                self.matcher.rollback_to(cut)
+                while (hit := self.matcher.finish()) is not None:
+                    cut = hit.start_token
+                    self.matcher.rollback_to(cut)
+            self._truncate(cut)
+            cut_bytes = text.end(cut)
+        delta = text.release(cut_bytes, final=True)
+        usage = Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.position,
+            rollbacks=self.rollbacks,
+            forward_passes=forward_passes,
+            reprefills=reprefills,
+            seconds=time.perf_counter() - self.started if seconds is None else seconds,
+        )
+        done = Finish(reason, text.text, usage, tuple(self._tokens))
+        return (TextDelta(delta), done) if delta else (done,)
+
+    # -- mask-only engines ----------------------------------------------------------------------------
+    def advance(self, token_id: int) -> Hit | None:
+        """Mask-only engines: record the token the engine emitted, which the session cannot refuse.
+
+        Returns:
+            ``None``, or the :class:`Hit` of a term the token completed *after the fact* (the engine masked
+            :meth:`mask_ids` but could not prevent it: every candidate was masked, or the text ends on a
+            pending word boundary). The hit is appended to :attr:`missed` and matching restarts after the
+            token as at a text start. An EOS id ends the text: its hit is the end-of-text check's.
+
+        Raises:
+            RuntimeError: after :meth:`finish`, or when mixed with :meth:`accept`.
+        """
+        self._enter("mask")
+        matcher = self.matcher
+        if token_id in self.eos_ids:
+            hit = matcher.finish() if matcher is not None else None
+        else:
+            hit = matcher.push(token_id) if matcher is not None else None
+            if hit is not None:
+                self.matcher = TokenMatcher(self.artefact)
+            self._tokens.append(token_id)
+            self.text.append(token_id)
+        if hit is not None:
+            self.missed.append(hit)
+        return hit
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _enter(self, mode: str) -> None:
+        if self._finished:
+            raise RuntimeError("the session already finished")
+        if self._mode is None:
+            self._mode = mode
+        elif self._mode != mode:
+            raise RuntimeError("accept()/end_of_text() (rollback engines) and advance() (mask-only) do not mix")
+
+    def _truncate(self, tokens: int) -> None:
+        del self._tokens[tokens:]
+        del self._reach[tokens + 1:]
+        self.text.rollback_to(tokens)  # raises rather than retract released text
+
+    def _end_of_text(self, reason: FinishReason, events: tuple[Event, ...]) -> Step:
+        """The text would end here: finish, or roll back to a ``word`` term pending at the very end."""
+        while True:
+            hit = self.matcher.finish() if self.matcher is not None else None
+            if hit is None:
+                return Step(FINISH, self.position, events, reason)
+            step = self._roll_back(hit, events)
+            # A term that begins in the end-of-text flush itself would leave the text at max_tokens: check
+            # that end again rather than ask the engine for logits past its limit.
+            if step.kind == FINISH or self.max_tokens is None or self.position < self.max_tokens:
+                return step
+            events = step.events
+
+    def _roll_back(self, hit: Hit, events: tuple[Event, ...]) -> Step:
+        """Go back to ``hit.start_token`` and ban the term's first token there (or finish: budget spent)."""
+        start = hit.start_token
+        self.rollbacks += 1
+        count = self._rollbacks_at[start] = self._rollbacks_at.get(start, 0) + 1
+        if self.rollbacks > self.max_rollbacks or count > self.max_rollbacks_per_position:
+            self._cut_tokens = start
+            return Step(FINISH, self.position, events, "content_filter")
+        discarded = self.position - start
+        matcher = self.matcher
+        matcher.rollback_to(start)
+        banned = {hit.first_token} if hit.first_token >= 0 else set()
+        if hit.term_id != UNCHECKED_CUT and self.retry_bans:
+            banned |= matcher.retry_bans(hit)
+        self.bans.rollback_to(start)
+        self.bans.add(start, banned)
+        for later in [p for p in self._rollbacks_at if p > start]:
+            del self._rollbacks_at[later]
+        if discarded:
+            self._truncate(start)
+        return Step(ROLLBACK, start, (*events, Rollback(start, hit.list_name, discarded)))
+
+    def _release_limit(self) -> int:
+        """Bytes no future match (nor a stop string) can claim, whatever rollbacks come.
+
+        ``matcher.releasable()`` bounds where a match of the *current* text can start, but a rollback to
+        ``k`` resumes from the state after ``k`` tokens, which may expect more (" dog" + " cat" rules out
+        "dog dog"; rolled back to " dog", it does not). Rollback targets are at or after ``releasable()``,
+        and from a target ``k`` the next ones are at or after ``reach[k]`` (the releasable count after ``k``
+        tokens), which never decreases along the text. So everything before a *clean* position ``L``
+        (``reach[L] == L``: no partial match pending) at or before ``releasable()`` is final.
+        """
+        text = self.text
+        cuts = text.stop_cuts()
+        if self.matcher is None:
+            self.frontier = self.position
+            return min([text.end(self.position), *cuts])
+        reach = self._reach
+        limit = reach[-1]
+        for cut in cuts:
+            # If a stop string completes, the answer ends at `cut`: a word term ending right there would
+            # match (and roll back) in that text.
+            limit = min(limit, self._probe_cut(cut)[0])
+        clean = limit
+        while reach[clean] != clean:
+            clean -= 1
+        self.frontier = clean
+        return min([text.end(clean), *cuts])
+
+    def _probe_cut(self, cut: int) -> tuple[int, Hit | None]:
+        """If the answer ended at byte ``cut``: the releasable count of that text (whole tokens), and the
+        match at its end, if any. The matcher is left as it was.
+
+        The bytes of the token holding ``cut`` up to it are pushed as single-byte tokens (the matcher's
+        outcome depends only on the bytes); a hit that begins inside them is reported at that token, since
+        only whole tokens can be rolled back. A vocab may lack a single-byte token for some bytes (SmolLM2
+        has none for a few control and invalid-UTF-8 bytes): that text cannot be checked, so the token
+        holding the cut is treated as a hit (rolled back) rather than emitted unchecked.
+        """
+        matcher, text = self.matcher, self.text
+        whole = text.token_at(cut)
+        tail = self._tokens[whole:]
+        singles = byte_tokens(self.vocab)
+        piece = bytes(text.data[text.end(whole):cut])
+        matcher.rollback_to(whole)
+        hit = None
+        if all(b in singles for b in piece):
+            for b in piece:
+                hit = matcher.push(singles[b])
+                if hit is not None:
+                    break
+            if hit is None:
+                hit = matcher.finish()
+        else:
+            hit = Hit(UNCHECKED_CUT, "stop", "", whole, tail[0], 0, 0)
+        reach = min(matcher.releasable(), whole)
+        matcher.rollback_to(whole)
+        for token in tail:
+            matcher.push(token)
+        if hit is not None and hit.start_token >= whole:
+            hit = replace(hit, start_token=whole, first_token=tail[0])
+        return reach, hit
+
+
+def _completing_by_sweep(matcher: TokenMatcher) -> np.ndarray:
+    """Every vocab id that completes a term from the matcher's state, by trying each one (O(vocab) per new
+    state). Stand-in until ``TokenMatcher.completing_tokens`` (the memoised mask primitive) lands."""
+    length = len(matcher)
+    hits = []
+    for token_id in range(len(matcher.artefact.vocab)):
+        if matcher.push(token_id) is not None:
+            hits.append(token_id)
+        else:
+            matcher.rollback_to(length)
+    return np.asarray(hits, dtype=np.int64)
