@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
+from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
@@ -94,8 +95,10 @@ class Runtime:
         self.store = open_store(settings)
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
                                        settings.version_poll_interval_s)
-        self.worker = GenerationWorker(self._stream, metrics, settings.max_concurrent, settings.max_queue,
-                                       settings.retry_after_s)
+        # Continuous batching: one worker thread per batch row, each blocked on its own row's event stream.
+        self.batched = BatchedDecoder(self.decoder, max_batch=settings.max_batch)
+        threads = max(settings.max_concurrent, self.batched.max_batch)
+        self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()
         self._matchers_lock = threading.Lock()
 
@@ -112,11 +115,13 @@ class Runtime:
             self.catalog.stop()
             raise ValueError(f"GUARDRAIL_WORDLISTS names unknown word lists {missing}; known: "
                              f"{', '.join(self.catalog.names())}")
+        self.batched.start()
         self.worker.start()
         threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
 
     def close(self) -> None:
         self.worker.stop()
+        self.batched.stop()
         self.catalog.stop()
         self.store.close()
 
@@ -124,7 +129,7 @@ class Runtime:
                 cancel: threading.Event) -> Iterator[Event]:
         """The decoder stream of one choice (runs on a worker thread); no lists = no guard."""
         artefact = self.artefacts.get(self.vocab, wordlists)[0] if wordlists else None
-        return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
+        return self.batched.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:
         try:

@@ -94,7 +94,7 @@ def test_each_row_in_a_batch_of_8_equals_its_prompt_decoded_alone(smollm2_model,
             kept[i, position] = pending[i]
             if i == ROLLER and position == ROLLBACK_FROM and not rolled_back:
                 rolled_back = True
-                cache.rollback_to(i, len(rows[i]) + ROLLBACK_TO + 1)  # keep the prompt and 7 tokens
+                cache.rollback_to(i, len(rows[i]) + ROLLBACK_TO)  # keep the prompt and the first 6 tokens
                 del tokens[i][ROLLBACK_TO:]
                 token = int(kept[i, ROLLBACK_TO].topk(2).indices[1])
             else:

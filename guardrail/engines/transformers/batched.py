@@ -23,14 +23,18 @@ Models whose cache has sliding-window layers (Gemma 3) fall back to batch-1: req
 through ``StreamingDecoder.stream`` (see :mod:`guardrail.engines.transformers.batch_cache` for why), and
 :attr:`BatchedDecoder.max_batch` is 1.
 
-Threading: a ``BatchedDecoder`` is driven by one thread (the worker's); :meth:`submit` and the cancel events may
-be used from others.
+Threading: :meth:`BatchedDecoder.step` is driven by one thread; :meth:`submit` and the cancel events may be
+used from others. :meth:`BatchedDecoder.start` runs that thread itself, and :meth:`BatchedDecoder.stream` then
+gives each caller (one thread per request, as the service's worker has) a plain event iterator, a drop-in for
+``StreamingDecoder.stream``.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -50,6 +54,8 @@ from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event, Finish, TextDelta, Usage
 from guardrail.guard.session import FINISH, KEEP
 from guardrail.matching.artefact import Artefact
+
+log = logging.getLogger("guardrail.engines.transformers.batched")
 
 #: Rows per step by default: the aggregate-throughput knee of SmolLM2 on 2 CPU cores (bench/batching.py).
 DEFAULT_MAX_BATCH = 8
@@ -190,11 +196,15 @@ class BatchedDecoder:
         self.cache = BatchKVCache(decoder.model, compact_at) if self.batched else None
         self.forward_passes = 0
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # stream() submits while holding it
         self._waiting: collections.deque[_Row | tuple[Request, Iterator[Event]]] = collections.deque()
         self._prefilling: list[tuple[_Row, RowPrefill]] = []
         self._running: list[_Row] = []
         self._single: tuple[Request, Iterator[Event]] | None = None  # the batch-1 fallback's current stream
+        self._outboxes: dict[int, queue.SimpleQueue] = {}  # request id -> its stream()'s events (driver thread)
+        self._wake = threading.Event()
+        self._driver: threading.Thread | None = None
+        self._stopping = False
 
     # -- requests ------------------------------------------------------------------------------------
     def submit(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
@@ -213,6 +223,7 @@ class BatchedDecoder:
             item = (request, stream)
         with self._lock:
             self._waiting.append(item)
+        self._wake.set()
         return request
 
     @property
@@ -348,3 +359,86 @@ class BatchedDecoder:
                 out[request.id].append(event)
             step += 1
         return [out[request.id] for request in requests]
+
+    # -- driven by its own thread ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Run :meth:`step` on a daemon thread whenever there is work (for :meth:`stream`)."""
+        if self._driver is None:
+            self._stopping = False
+            self._driver = threading.Thread(target=self._drive, name="guardrail-batch", daemon=True)
+            self._driver.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel every request and stop the driver thread."""
+        self._stopping = True
+        with self._lock:
+            for item in self._waiting:
+                (item.request if isinstance(item, _Row) else item[0]).cancel.set()
+        for row in self._running:
+            row.request.cancel.set()
+        self._wake.set()
+        if self._driver is not None:
+            self._driver.join(timeout_s)
+            self._driver = None
+
+    def stream(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+               cancel: threading.Event | None = None) -> Iterator[Event]:
+        """``StreamingDecoder.stream``'s contract, decoded in the shared batch (needs :meth:`start`).
+
+        Raises:
+            ValueError: as :meth:`submit`, raised by this call.
+            RuntimeError: when iterating, if the batch step failed (the message names the error class).
+        """
+        if self._driver is None:
+            raise RuntimeError("BatchedDecoder.stream needs start() first")
+        outbox: queue.SimpleQueue = queue.SimpleQueue()
+        with self._lock:
+            request = self.submit(prompt_ids, artefact, params, cancel)
+            self._outboxes[request.id] = outbox
+        return self._events(outbox)
+
+    @staticmethod
+    def _events(outbox: queue.SimpleQueue) -> Iterator[Event]:
+        while True:
+            item = outbox.get()
+            if isinstance(item, BaseException):
+                raise RuntimeError(f"the batch step failed ({type(item).__name__})") from item
+            yield item
+            if isinstance(item, Finish):
+                return
+
+    def _drive(self) -> None:
+        while not self._stopping or not self.idle:
+            if self.idle:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                events = self.step()
+            except Exception as exc:  # noqa: BLE001 - every waiting stream must end, never hang
+                log.exception("batch step failed")
+                self._fail_all(exc)
+                continue
+            for request, event in events:
+                with self._lock:
+                    outbox = self._outboxes.get(request.id)
+                    if isinstance(event, Finish):
+                        self._outboxes.pop(request.id, None)
+                if outbox is not None:
+                    outbox.put(event)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised: the batch state is not trusted any more; end every request with the error."""
+        with self._lock:
+            requests = [row.request for row in self._running] + [row.request for row, _ in self._prefilling]
+            requests += [item.request if isinstance(item, _Row) else item[0] for item in self._waiting]
+            if self._single is not None:
+                requests.append(self._single[0])
+            self._waiting.clear()
+            outboxes = [self._outboxes.pop(r.id, None) for r in requests]
+        self._running, self._prefilling, self._single = [], [], None
+        if self.batched:
+            self.cache = BatchKVCache(self.decoder.model, self.cache.compact_at)
+        for outbox in outboxes:
+            if outbox is not None:
+                outbox.put(exc)
