@@ -6,6 +6,7 @@ the single-stream ``StreamingDecoder``.
 """
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,25 @@ def test_bad_input_is_refused_at_submit_naming_the_field(decoder):
     with pytest.raises(ValueError, match="max_batch"):
         BatchedDecoder(decoder, max_batch=0)
     assert batched.idle
+
+
+def test_stream_from_many_threads_is_a_drop_in_for_the_single_stream_decoder(decoder, jobs, alone):
+    batched = BatchedDecoder(decoder, max_batch=4)
+    batched.start()
+    results = {}
+    try:
+        def consume(index):
+            results[index] = list(batched.stream(*jobs[index]))
+
+        threads = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        with pytest.raises(ValueError, match="prompt_ids"):  # refused by the call, not later in the loop
+            batched.stream([], None, SamplingParams(temperature=0))
+    finally:
+        batched.stop()
+    assert max(batched.batch_sizes) > 1  # the threads' requests shared forward passes
+    for index in range(4):
+        assert contract(results[index]) == contract(alone[index])
