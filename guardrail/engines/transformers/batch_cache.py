@@ -285,7 +285,10 @@ class BatchKVCache:
         ids = torch.tensor(token_ids, dtype=torch.long).unsqueeze(1)
         positions = torch.tensor(self._lengths, dtype=torch.long).unsqueeze(1)
         mask = torch.cat([self.mask, torch.ones((len(self.keys), 1), dtype=torch.bool)], dim=1)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+        # No padding and no holes (a lone row, or rows of equal length): no mask at all, so that sdpa takes
+        # its unmasked path, as the single-stream decoder does. Same result: every column is attended.
+        full = bool(self.mask.all())
+        out = self.model(input_ids=ids, attention_mask=None if full else mask, position_ids=positions,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.mask = mask
         self._lengths = [n + 1 for n in self._lengths]
