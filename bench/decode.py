@@ -7,8 +7,10 @@ shared and noisy, so ratios are what to compare):
   (``StreamingDecoder`` with ``artefact=None``) on SmolLM2 prompts that hit nothing, the two generations
   advanced step by step in turn (floor: guarded ≥ 0.97 × unguarded); and a guarded generation alone vs
   ``model.generate`` with the same settings, run one after the other (noisier: not interleaved).
-* ``guard_step_us``: the guard's work per step — masks, matcher push, release bookkeeping — replayed on the
-  tokens of those generations (the model's forward pass replaced by stored logits). Floor: p50 ≤ 50 µs.
+* ``guard_step_us``: the guard's work per step — the mask of ``GuardSession.banned_ids()``,
+  ``GuardSession.accept`` (matcher push, release bookkeeping), dropping unreachable logits — replayed on the
+  tokens of those generations through the public session API (the model's forward pass replaced by stored
+  logits). Floor: p50 ≤ 50 µs.
 * ``rollback``: rolling back a 4-token term at 128 / 512 / 2048 tokens of context, by cache crop vs by
   re-prefill. Floors: crop@2048 ≤ 2 × crop@128; re-prefill@2048 ≥ 10 × crop@2048.
 * ``leak_suite``: guarded greedy decoding of ``tests/data/leak_prompts.json`` (all targets banned):
@@ -27,17 +29,21 @@ import json
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Measure this checkout's guardrail, not the one installed in the venv (a worktree's bench would time main).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from guardrail.engines.transformers.decoder import StreamingDecoder, _Generation, generation_eos_ids  # noqa: E402
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
 from guardrail.engines.transformers.kv_cache import KVCache  # noqa: E402
-from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
+from guardrail.engines.transformers.sampling import BanMask, SamplingParams  # noqa: E402
 from guardrail.guard.events import Finish, Rollback  # noqa: E402
+from guardrail.guard.session import KEEP  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
@@ -147,27 +153,29 @@ def bench_overhead(model, decoder, artefact, chats, tokens, reps):
 
 
 def bench_guard_step(decoder, artefact, replays):
-    """Replay generations step by step with stored logits; time what the guard adds to a step."""
+    """Replay generations step by step with stored logits; time what the guard adds to a step: the engine's
+    mask of ``session.banned_ids()``, ``session.accept`` (matcher, release) and dropping unreachable logits."""
     raw = torch.randn((1, decoder.model.config.vocab_size))
     samples = {"guarded": [], "unguarded": []}
     held = []  # tokens decoded but not yet released, after each guarded step
     for _ in range(3):
         for ids, tokens in replays:
             for name, guard in (("guarded", artefact), ("unguarded", None)):
-                gen = _Generation(decoder, ids, guard, SamplingParams(temperature=0, max_tokens=len(tokens) + 1), None)
-                gen.started = time.perf_counter()
+                session = decoder.session(guard, SamplingParams(temperature=0, max_tokens=len(tokens) + 1), len(ids))
+                mask = BanMask()
+                logits = {}
                 for token in tokens:
-                    gen.logits[gen.pos] = raw.clone()  # stands in for the forward pass (not timed)
+                    logits[session.position] = scores = raw.clone()  # stands in for the forward pass (not timed)
                     started = time.perf_counter()
-                    gen._scores()
-                    if gen.matcher is not None and gen.matcher.push(token) is not None:
+                    with torch.inference_mode():
+                        mask.apply(scores, session.banned_ids())
+                    if session.accept(token).kind != KEEP:
                         raise RuntimeError("replayed token hit a term")
-                    gen._keep(token)
-                    gen.text.release(gen._release_limit())
-                    gen._forget_logits()
+                    for old in [p for p in logits if p < session.frontier]:
+                        del logits[old]
                     samples[name].append(time.perf_counter() - started)
                     if guard is not None:
-                        held.append(gen.pos - gen.text.token_at(gen.text.released))
+                        held.append(session.held_back)
     guarded = [s * 1e6 for s in samples["guarded"]]
     unguarded = [s * 1e6 for s in samples["unguarded"]]
     return {

@@ -20,7 +20,8 @@ __version__ = "0.1.0"
 # name -> module that defines it. Lazy (PEP 562): importing the package must not import torch.
 _EXPORTS = {
     "Guard": "guardrail.api",
-    "Completion": "guardrail.api",
+    "Completion": "guardrail.guard.events",
+    "GuardSession": "guardrail.guard.session",
     "Event": "guardrail.guard.events",
     "TextDelta": "guardrail.guard.events",
     "Rollback": "guardrail.guard.events",
@@ -38,6 +39,7 @@ _EXPORTS = {
     "compile_artefact": "guardrail.matching.compiler",
     "SamplingParams": "guardrail.engines.transformers.sampling",
     "StreamingDecoder": "guardrail.engines.transformers.decoder",
+    "GuardLogitsProcessor": "guardrail.engines.transformers.logits_processor",
 }
 
 __all__ = ["__version__", *_EXPORTS]

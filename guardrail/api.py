@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
-from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
+from guardrail.guard.events import Completion, Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.matching.vocab import TokenVocab
@@ -27,24 +26,7 @@ from guardrail.prompts import prompt_ids
 from guardrail.wordlists.selection import select_wordlists
 from guardrail.wordlists.wordlist import WordList
 
-__all__ = ["Completion", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A whole guarded generation.
-
-    Attributes:
-        text: the answer (no banned term, no stop string).
-        finish_reason: ``stop``, ``length``, ``content_filter`` or ``cancelled``.
-        usage: token, rollback and forward-pass counters.
-        rollbacks: every rollback, in order.
-    """
-
-    text: str
-    finish_reason: FinishReason
-    usage: Usage
-    rollbacks: tuple[Rollback, ...]
+__all__ = ["Completion", "FinishReason", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
 
 
 def sampling_params(params: Mapping[str, object]) -> SamplingParams:
@@ -58,8 +40,9 @@ def sampling_params(params: Mapping[str, object]) -> SamplingParams:
 class Guard:
     """A model, its tokenizer and the compiled word lists, ready to generate.
 
-    Build it with :meth:`load`. Thread-safe for concurrent calls (each generation has its own state; the
-    model is only read), though on CPU they share the cores.
+    Build it with :meth:`load` (by model name) or :meth:`from_model` (a model already loaded). Thread-safe
+    for concurrent calls (each generation has its own state; the model is only read), though on CPU they
+    share the cores.
 
     Attributes:
         model, tokenizer, vocab: the loaded model, its tokenizer and bytes table.
@@ -101,20 +84,59 @@ class Guard:
     def load_lists(cls, model: str, wordlists: Sequence[WordList], redis_url: str | None = None,
                    cache_dir: str | Path | None = None) -> Guard:
         """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlists.wordlist`)."""
-        from guardrail.matching.cache import ArtefactCache
-        from guardrail.models import cache_dir as default_cache_dir
         from guardrail.models import load_model, load_tokenizer
 
-        lists = list(wordlists)
         tokenizer = load_tokenizer(model)
-        lm = load_model(model)
-        vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=generation_eos_ids(lm))
+        return cls._build(load_model(model), tokenizer, list(wordlists), redis_url, cache_dir)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
+                   redis_url: str | None = None, cache_dir: str | Path | None = None) -> Guard:
+        """The full rollback decoder on a model you already loaded (``AutoModelForCausalLM.from_pretrained``).
+
+        Same guarantee as :meth:`load` (unlike the mask-only
+        :class:`~guardrail.engines.transformers.logits_processor.GuardLogitsProcessor`): the decoder keeps its
+        own KV cache per request and rolls back; the model is only read.
+
+        Args:
+            model: a transformers ``PreTrainedModel`` causal LM, in eval mode, on the CPU.
+            tokenizer: its tokenizer (a transformers fast tokenizer; the token bytes are read from it).
+            wordlists, banned, redis_url, cache_dir: as for :meth:`load`.
+
+        Raises:
+            ValueError: ``model`` is not a causal LM with a config, is in training mode or not on the CPU.
+            WordListError: unknown list name, malformed list file, invalid term.
+
+        Example:
+            >>> model = AutoModelForCausalLM.from_pretrained(path).eval()
+            >>> guard = Guard.from_model(model, AutoTokenizer.from_pretrained(path), banned=("sorry",))
+            >>> guard.generate(prompt="I am", max_tokens=20).text
+        """
+        if not callable(model) or not hasattr(getattr(model, "config", None), "get_text_config"):
+            raise ValueError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
+        if getattr(model, "training", False):
+            raise ValueError("model: in training mode (dropout on); call model.eval() first")
+        device = getattr(model, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            raise ValueError(f"model: the transformers engine decodes on the CPU, the model is on {device}")
+        lists = select_wordlists(wordlists, banned)
+        return cls._build(model, tokenizer, lists, redis_url, cache_dir)
+
+    @classmethod
+    def _build(cls, model, tokenizer, lists: list[WordList], redis_url: str | None,
+               cache_dir: str | Path | None) -> Guard:
+        from guardrail.matching.cache import ArtefactCache
+        from guardrail.models import cache_dir as default_cache_dir
+
+        vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=generation_eos_ids(model))
         artefact = None
         if any(wl.terms for wl in lists):
             directory = cache_dir if cache_dir is not None else default_cache_dir()
             cache = ArtefactCache(redis_url=redis_url, cache_dir=directory)
-            artefact, _ = cache.get(vocab, lists)
-        return cls(lm, tokenizer, vocab, lists, artefact)
+            # Ad-hoc banned terms (the "request" list) are compiled apart, never cached (docs/matching.md).
+            artefact = cache.get_with_request(vocab, [wl for wl in lists if wl.name != "request"],
+                                              [wl for wl in lists if wl.name == "request"])
+        return cls(model, tokenizer, vocab, lists, artefact)
 
     def prompt_ids(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None) -> list[int]:
         """The prompt's token ids (chat template for ``messages``, raw text for ``prompt``)."""
@@ -142,13 +164,7 @@ class Guard:
     def generate(self, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None, *,
                  cancel: threading.Event | None = None, **params) -> Completion:
         """Generate a whole answer; same arguments as :meth:`stream`."""
-        rollbacks: list[Rollback] = []
-        for event in self.stream(prompt, messages, cancel=cancel, **params):
-            if isinstance(event, Rollback):
-                rollbacks.append(event)
-            elif isinstance(event, Finish):
-                return Completion(event.text, event.reason, event.usage, tuple(rollbacks))
-        raise RuntimeError("the decoder ended without a Finish event")  # a decoder bug, never expected
+        return Completion.from_events(self.stream(prompt, messages, cancel=cancel, **params))
 
     def check(self, text: str) -> list[TextMatch]:
         """The guarded terms found in ``text`` (the text contract,

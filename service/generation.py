@@ -40,7 +40,7 @@ def sse_event(payload: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Completion:
+class ResponseIdentity:
     """Identity of one response: shared by all its chunks."""
 
     id: str
@@ -48,7 +48,7 @@ class Completion:
     model: str
 
     @classmethod
-    def new(cls, prefix: str, model: str) -> Completion:
+    def new(cls, prefix: str, model: str) -> ResponseIdentity:
         return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
 
 
@@ -85,15 +85,15 @@ class ResponseShape(Protocol):
 
     id_prefix: str
 
-    def first_chunk(self, c: Completion, index: int) -> dict[str, Any] | None: ...
+    def first_chunk(self, c: ResponseIdentity, index: int) -> dict[str, Any] | None: ...
 
-    def delta_chunk(self, c: Completion, index: int, text: str) -> dict[str, Any]: ...
+    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]: ...
 
-    def finish_chunk(self, c: Completion, index: int, reason: str) -> dict[str, Any]: ...
+    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]: ...
 
-    def usage_chunk(self, c: Completion, usage: dict[str, int]) -> dict[str, Any]: ...
+    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, int]) -> dict[str, Any]: ...
 
-    def body(self, c: Completion, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]: ...
+    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -235,7 +235,7 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     decoder refuses is still answered with a 4xx, not a stream.
     """
     started = getattr(request.state, "started_at", time.perf_counter())
-    completion = Completion.new(shape.id_prefix, runtime.model_id)
+    completion = ResponseIdentity.new(shape.id_prefix, runtime.model_id)
     job = submit(runtime, prepared)
     events = job.events()
     streaming = False
@@ -271,7 +271,7 @@ async def _prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> Asyn
 
 
 async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: ResponseShape,
-               completion: Completion, prepared: Prepared, first_text: Callable[[], None],
+               completion: ResponseIdentity, prepared: Prepared, first_text: Callable[[], None],
                job: Job) -> AsyncIterator[str]:
     """The SSE body: chunks of released text, one finish chunk per choice, optional usage, [DONE].
 

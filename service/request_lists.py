@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_from_terms
 from service.catalog import UnknownWordList
 from service.errors import ApiError
-from service.runtime import Runtime
+from service.runtime import REQUEST_LIST, Runtime
 from service.schemas.terms import TermItem, to_terms
 from service.stores.store import StoredWordList
 
@@ -39,7 +39,7 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
         raise ApiError(413, f"{len(terms)} request terms exceed the limit of {limit} (GUARDRAIL_MAX_REQUEST_TERMS)",
                        param=param, code="too_many_terms")
     try:
-        return wordlist_from_terms(to_terms(list(terms)), name="request")
+        return wordlist_from_terms(to_terms(list(terms)), name=REQUEST_LIST)
     except WordListError as exc:
         raise invalid_term(exc, param) from None
 

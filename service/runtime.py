@@ -36,6 +36,8 @@ from service.worker import GenerationWorker
 log = logging.getLogger("guardrail.service")
 
 _TEXT_MATCHERS_KEPT = 32
+#: The name of the list that carries a request's own terms (``banned_terms``): compiled per request, never cached.
+REQUEST_LIST = "request"
 
 
 def open_store(settings: Settings) -> WordListStore:
@@ -127,8 +129,14 @@ class Runtime:
 
     def _stream(self, prompt_ids: Sequence[int], wordlists: tuple[WordList, ...], params: SamplingParams,
                 cancel: threading.Event) -> Iterator[Event]:
-        """The decoder stream of one choice (runs on a worker thread); no lists = no guard."""
-        artefact = self.artefacts.get(self.vocab, wordlists)[0] if wordlists else None
+        """The decoder stream of one choice (runs on a worker thread); no lists = no guard.
+
+        The request's own terms (the list named :data:`REQUEST_LIST`) are compiled apart in milliseconds
+        and combined with the stored lists' cached artefact (docs/matching.md).
+        """
+        stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
+        own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
+        artefact = self.artefacts.get_with_request(self.vocab, stored, own)
         return self.batched.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:

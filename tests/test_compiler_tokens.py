@@ -1,5 +1,6 @@
 """The compiled automaton, driven token by token on the real tokenizers of both bundled models, finds
-exactly what the text contract finds — whatever the tokenization, casing, whitespace or byte split."""
+exactly what the text contract finds — whatever the tokenization, casing, whitespace or byte split — for
+stored lists, for request terms compiled without a vocab sweep, and for the two combined at run time."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail.matching.artefact import ROOT_STATE
-from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.combined import CombinedArtefact
+from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist
@@ -29,12 +31,28 @@ def model_name(request):
     return request.param
 
 
+@pytest.fixture(scope="module", params=["stored", "request", "combined"])
+def compiled_as(request):
+    """How the lists are compiled: all swept and cached (``stored``), all as request terms without a sweep
+    (``request``), or the stored list swept and the request's terms compiled apart, combined at run time."""
+    return request.param
+
+
+def compile_lists(vocab, stored, own, compiled_as):
+    if compiled_as == "stored":
+        return compile_artefact(vocab, [*stored, *own])
+    if compiled_as == "request":
+        return compile_request_artefact(vocab, [*stored, *own])
+    return CombinedArtefact(compile_artefact(vocab, stored), compile_request_artefact(vocab, own, alongside=stored))
+
+
 @pytest.fixture(scope="module")
-def setup(model_name, request):
+def setup(model_name, compiled_as, request):
     tokenizer = request.getfixturevalue(f"{model_name}_tokenizer")
     vocab = request.getfixturevalue(f"{model_name}_vocab")
     wordlists = [bundled_wordlist("en"), REQUEST]
-    return tokenizer, vocab, wordlists, compile_artefact(vocab, wordlists), TextMatcher(wordlists)
+    artefact = compile_lists(vocab, wordlists[:1], wordlists[1:], compiled_as)
+    return tokenizer, vocab, wordlists, artefact, TextMatcher(wordlists)
 
 
 def encode(tokenizer, text):

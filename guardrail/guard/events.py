@@ -6,6 +6,7 @@ A stream is any number of :class:`TextDelta` and :class:`Rollback` events follow
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,3 +80,37 @@ class Finish:
 
 
 Event = TextDelta | Rollback | Finish
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A whole guarded generation (a stream collected).
+
+    Attributes:
+        text: the answer (no banned term, no stop string).
+        finish_reason: see :data:`FinishReason`.
+        usage: token, rollback and forward-pass counters.
+        rollbacks: every rollback, in order.
+        token_ids: the kept completion token ids (:attr:`Finish.token_ids`).
+    """
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    rollbacks: tuple[Rollback, ...]
+    token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_events(cls, events: Iterable[Event]) -> Completion:
+        """Collect a stream.
+
+        Raises:
+            ValueError: the stream ended without a :class:`Finish` event.
+        """
+        rollbacks: list[Rollback] = []
+        for event in events:
+            if isinstance(event, Rollback):
+                rollbacks.append(event)
+            elif isinstance(event, Finish):
+                return cls(event.text, event.reason, event.usage, tuple(rollbacks), event.token_ids)
+        raise ValueError("the stream ended without a Finish event")

@@ -211,12 +211,7 @@ class GuardSession:
     def completing_ids(self) -> np.ndarray:
         """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
         memoised per state by the matcher); empty when unguarded. What a mask-only engine masks."""
-        if self.matcher is None:
-            return _NO_IDS
-        completing = getattr(self.matcher, "completing_tokens", None)
-        if completing is not None:
-            return completing()
-        return _completing_by_sweep(self.matcher)
+        return _NO_IDS if self.matcher is None else self.matcher.completing_tokens()
 
     def mask_ids(self) -> np.ndarray:
         """For mask-only engines: :attr:`always_banned` ∪ :meth:`completing_ids`, plus the EOS ids when ending
@@ -333,15 +328,22 @@ class GuardSession:
             RuntimeError: after :meth:`finish`, or when mixed with :meth:`accept`.
         """
         self._enter("mask")
-        matcher = self.matcher
         if token_id in self.eos_ids:
-            hit = matcher.finish() if matcher is not None else None
-        else:
-            hit = matcher.push(token_id) if matcher is not None else None
-            if hit is not None:
-                self.matcher = TokenMatcher(self.artefact)
-            self._tokens.append(token_id)
-            self.text.append(token_id)
+            return self.text_ends()
+        matcher = self.matcher
+        hit = matcher.push(token_id) if matcher is not None else None
+        if hit is not None:
+            self.matcher = TokenMatcher(self.artefact)
+            self.missed.append(hit)
+        self._tokens.append(token_id)
+        self.text.append(token_id)
+        return hit
+
+    def text_ends(self) -> Hit | None:
+        """Mask-only engines: the text ended here (EOS, a length limit): the end-of-text check, a hit
+        recorded in :attr:`missed` (a ``word`` term standing at the very end)."""
+        self._enter("mask")
+        hit = self.matcher.finish() if self.matcher is not None else None
         if hit is not None:
             self.missed.append(hit)
         return hit
@@ -456,15 +458,3 @@ class GuardSession:
             hit = replace(hit, start_token=whole, first_token=tail[0])
         return reach, hit
 
-
-def _completing_by_sweep(matcher: TokenMatcher) -> np.ndarray:
-    """Every vocab id that completes a term from the matcher's state, by trying each one (O(vocab) per new
-    state). Stand-in until ``TokenMatcher.completing_tokens`` (the memoised mask primitive) lands."""
-    length = len(matcher)
-    hits = []
-    for token_id in range(len(matcher.artefact.vocab)):
-        if matcher.push(token_id) is not None:
-            hits.append(token_id)
-        else:
-            matcher.rollback_to(length)
-    return np.asarray(hits, dtype=np.int64)

@@ -6,24 +6,33 @@ one memoised dictionary lookup; the first visit of a (state, token) pair feeds t
 an incremental UTF-8 decoder and the character automata (one per case mode), a few microseconds.
 
 States are interned tuples ``(utf8_pending_bytes, StreamState, ...)``; state id 0 is the text start.
+
+Thread safety: one artefact is shared by every request of a process. Reads of the memo (the per-step
+fast path) take no lock; every write (a new transition, a new state, the lazily built indexes) happens
+under the artefact's lock, and a state id is published only after its memo row exists, so a reader
+never sees an id it cannot index (issue 8: unguarded, 8 threads on a cold artefact raised IndexError).
 """
 
 from __future__ import annotations
 
 import codecs
+import threading
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from guardrail.matching.automaton import START, Automaton, StreamState, symbol_pattern
+from guardrail.matching.automaton import BOUNDARY, START, Automaton, StreamState, symbol_pattern
 from guardrail.matching.term_spec import AllowSpec, TermSpec
+from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
 ROOT_STATE = 0
 #: Memoised (state, token) pairs kept before the non-root memo is cleared (bounds a long-lived process).
 MEMO_LIMIT = 2_000_000
+#: States whose completing tokens are memoised before that memo is cleared (a mask can hold ~100k ids).
+COMPLETING_LIMIT = 4096
 
 
 class Transition(NamedTuple):
@@ -83,16 +92,22 @@ class Artefact:
         vocab: the tokenizer's bytes table (the artefact reads ``vocab.token_bytes``).
         terms: the flattened terms (:func:`guardrail.matching.term_spec.flatten`).
         allows: the allow-terms.
-        sweep: precomputed transitions from the text start; computed by the compiler when ``None``.
+        sweep: precomputed transitions from the text start; computed here when ``None`` (unless ``lazy``).
+        lazy: skip the root sweep (request terms): transitions from the text start are computed on demand
+            like any other, and the always-banned tokens come from the per-vocab
+            :class:`~guardrail.matching.token_text.TokenTextIndex` (candidates by substring, each verified).
+            Cost then grows with the terms, not with the vocab.
     """
 
     def __init__(self, vocab: TokenVocab, terms: Sequence[TermSpec], allows: Sequence[AllowSpec],
-                 sweep: RootSweep | None = None):
+                 sweep: RootSweep | None = None, *, lazy: bool = False):
         self.vocab = vocab
         self.terms = tuple(terms)
         self.allows = tuple(allows)
         self.automata: list[Automaton] = []
         self.global_ids: list[list[int]] = []  # per stream: local term id -> global term id
+        self.patterns: list[list[str]] = []  # per stream: symbol pattern per local term id
+        self.allow_patterns: list[list[str]] = []  # per stream
         self.stream_of: dict[int, tuple[int, int]] = {}  # global term id -> (stream, local id)
         for case_sensitive in (False, True):
             mine = [t for t in self.terms if t.case_sensitive == case_sensitive]
@@ -101,31 +116,45 @@ class Artefact:
             stream = len(self.automata)
             allow_patterns = [symbol_pattern(a.normalized, MatchMode.SUBSTRING) for a in self.allows
                               if a.case_sensitive == case_sensitive]
+            self.patterns.append([symbol_pattern(t.normalized, t.match) for t in mine])
+            self.allow_patterns.append(allow_patterns)
             self.automata.append(Automaton(
-                [symbol_pattern(t.normalized, t.match) for t in mine],
+                self.patterns[-1],
                 [t.match is MatchMode.SUBSTRING and bool(allow_patterns) for t in mine],
                 allow_patterns,
                 case_sensitive))
             self.global_ids.append([t.term_id for t in mine])
             for local, t in enumerate(mine):
                 self.stream_of[t.term_id] = (stream, local)
+        self._lock = threading.Lock()
         self._states: list[tuple] = []
         self._state_ids: dict[tuple, int] = {}
+        self._memo: list[dict[int, Transition]] = []
         self._intern((b"",) + (START,) * len(self.automata))
-        self._memo: list[dict[int, Transition]] = [{}]
         self._memo_size = 0
         self._finish_memo: dict[int, Transition] = {}
         self._candidate_indexes: dict[int, tuple[list[list[int]], dict[int, list[int]]]] = {}
-        self.sweep = sweep if sweep is not None else self.sweep_root()
+        self._completing: dict[int, np.ndarray] = {}
+        self._continuations: list[dict[int, frozenset[str]]] | None = None
+        self._start_candidates: np.ndarray | None = None
+        self.lazy = lazy and sweep is None
+        if self.lazy:
+            self.sweep: RootSweep | None = None
+            self._always_banned = self._lazy_always_banned()
+        else:
+            self.sweep = sweep if sweep is not None else self.sweep_root()
+            self._always_banned = self.sweep.always_banned
 
     # -- states -------------------------------------------------------------------------------------
     def _intern(self, state: tuple) -> int:
+        """The id of ``state``, interning it when new. Call with the lock held (or from ``__init__``)."""
         state_id = self._state_ids.get(state)
         if state_id is None:
-            state_id = self._state_ids[state] = len(self._states)
+            state_id = len(self._states)
+            # Row and state first, then publish the id: a lock-free reader never gets an id it cannot index.
+            self._memo.append({})
             self._states.append(state)
-            if hasattr(self, "_memo"):
-                self._memo.append({})
+            self._state_ids[state] = state_id
         return state_id
 
     @property
@@ -147,15 +176,23 @@ class Artefact:
     @property
     def always_banned(self) -> np.ndarray:
         """``int64[k]`` token ids whose own text completes a term from any state (mask them every step)."""
-        return self.sweep.always_banned
+        return self._always_banned
 
     def root_candidates(self, stream: int, nodes: set[int]) -> Iterator[int]:
         """Token ids whose text, read from the text start, ends with the string of one of ``nodes``.
 
         That is the failure-link subtree of each node (every node whose suffix chain passes through it),
         looked up in the root sweep. From other states the same tokens are a superset of those that end
-        there; callers verify with :meth:`transition`.
+        there; callers verify with :meth:`transition`. Without a sweep (``lazy``), a superset: the tokens
+        whose normalised text contains the text of one of ``nodes``.
         """
+        if self.sweep is None:
+            index = TokenTextIndex.for_vocab(self.vocab)
+            texts = self._node_texts(stream)
+            case_sensitive = self.automata[stream].case_sensitive
+            found = [index.containing(texts[node], case_sensitive) for node in nodes if texts[node]]
+            yield from np.unique(np.concatenate(found)).tolist() if found else ()
+            return
         children, tokens_at = self._candidate_index(stream)
         stack, seen = list(nodes), set()
         while stack:
@@ -166,9 +203,25 @@ class Artefact:
             yield from tokens_at.get(node, ())
             stack.extend(children[node])
 
+    def _node_texts(self, stream: int) -> dict[int, str]:
+        """Per automaton node of ``stream``, its string without boundary symbols (the text it stands for)."""
+        automaton = self.automata[stream]
+        texts: dict[int, str] = {0: ""}
+        for pattern in (*self.patterns[stream], *self.allow_patterns[stream]):
+            node = 0
+            for i, symbol in enumerate(pattern):
+                node = automaton.goto[node][symbol]
+                texts.setdefault(node, pattern[:i + 1].replace(BOUNDARY, ""))
+        return texts
+
     def _candidate_index(self, stream: int) -> tuple[list[list[int]], dict[int, list[int]]]:
         index = self._candidate_indexes.get(stream)
-        if index is None:
+        if index is not None:
+            return index
+        with self._lock:
+            index = self._candidate_indexes.get(stream)
+            if index is not None:
+                return index
             automaton = self.automata[stream]
             children: list[list[int]] = [[] for _ in range(automaton.num_nodes)]
             for node in range(1, automaton.num_nodes):
@@ -179,7 +232,7 @@ class Artefact:
             bounds = list(first[1:]) + [len(order)]
             tokens_at = {int(v): order[a:b].tolist() for v, a, b in zip(values, first, bounds) if v}
             index = self._candidate_indexes[stream] = (children, tokens_at)
-        return index
+            return index
 
     # -- transitions --------------------------------------------------------------------------------
     def transition(self, state_id: int, token_id: int) -> Transition:
@@ -188,16 +241,21 @@ class Artefact:
         Raises:
             IndexError: if ``token_id`` is outside the vocab.
         """
-        row = self._memo[state_id]
-        found = row.get(token_id)
-        if found is None:
-            found = self._root_transition(token_id) if state_id == ROOT_STATE else None
+        found = self._memo[state_id].get(token_id)  # the fast path: no lock
+        if found is not None:
+            return found
+        data = self.vocab.token_bytes[token_id]
+        with self._lock:
+            row = self._memo[state_id]
+            found = row.get(token_id)
             if found is None:
-                found = self._compute(state_id, self.vocab.token_bytes[token_id])
-            if self._memo_size >= MEMO_LIMIT:
-                self._forget()
-            row[token_id] = found
-            self._memo_size += 1
+                found = self._root_transition(token_id) if state_id == ROOT_STATE else None
+                if found is None:
+                    found = self._compute(state_id, data)
+                if self._memo_size >= MEMO_LIMIT:
+                    self._forget()
+                row[token_id] = found
+                self._memo_size += 1
         return found
 
     def finish(self, state_id: int) -> Transition:
@@ -205,7 +263,10 @@ class Artefact:
         confirm pending allow-term decisions."""
         found = self._finish_memo.get(state_id)
         if found is None:
-            found = self._finish_memo[state_id] = self._compute(state_id, b"", final=True)
+            with self._lock:
+                found = self._finish_memo.get(state_id)
+                if found is None:
+                    found = self._finish_memo[state_id] = self._compute(state_id, b"", final=True)
         return found
 
     def _forget(self) -> None:
@@ -242,6 +303,8 @@ class Artefact:
 
     def _root_transition(self, token_id: int) -> Transition | None:
         """Rebuild a root transition from the sweep arrays, or ``None`` when it must be computed."""
+        if self.sweep is None:
+            return None
         flags = self.sweep.flags[:, token_id]
         if not all(flags & 4):
             return None
@@ -308,3 +371,103 @@ class Artefact:
             if not found:
                 return False
         return True
+
+    # -- the mask primitive -------------------------------------------------------------------------
+    def completing_tokens(self, state_id: int) -> np.ndarray:
+        """``int64[k]``, sorted: the token ids whose transition from ``state_id`` completes a match (memoised).
+
+        Exactly ``{t : transition(state_id, t).hits}``, found without a vocab sweep: candidates come from
+        the per-vocab :class:`~guardrail.matching.token_text.TokenTextIndex` and are verified with
+        :meth:`transition`, in three groups:
+
+        1. a match that begins inside the token: the tokens whose text from the text start completes or
+           suspends a match (the root sweep's inexact entries; without a sweep, the tokens whose text
+           contains a term) — a superset from any state without pending UTF-8 bytes;
+        2. a match in progress: for every node on the state's failure chain and every pattern through it,
+           the tokens whose text begins with the rest of the pattern (prefix search); when only a word
+           term's right boundary is left, every token whose first character is a non-word character
+           completes it — that class is exact by construction and is taken without verification;
+        3. a state ending inside a UTF-8 character: also the tokens that begin with a continuation byte.
+
+        Two rare states fall back to verifying every token: an occurrence waiting on an allow-term
+        decision (any character that breaks the allow-term confirms it), and a split UTF-8 character
+        right after a word term's pending right boundary (U+FFFD is a non-word character).
+
+        Cost per new state: see ``bench/request_terms.py`` (``mask_*``); a memo hit is a dict lookup.
+
+        Raises:
+            IndexError: if ``state_id`` was never returned by this artefact.
+        """
+        found = self._completing.get(state_id)
+        if found is None:
+            found = self._compute_completing(state_id)
+            with self._lock:
+                if len(self._completing) >= COMPLETING_LIMIT:
+                    self._completing.clear()
+                found = self._completing.setdefault(state_id, found)
+        return found
+
+    def _compute_completing(self, state_id: int) -> np.ndarray:
+        pending_bytes, *streams = self._states[state_id]
+        index = TokenTextIndex.for_vocab(self.vocab)
+        size = len(self.vocab.token_bytes)
+        continuations = self._continuation_map()
+        boundary_only = any("" in continuations[s].get(node, ()) for s, (automaton, stream) in
+                            enumerate(zip(self.automata, streams)) for node in automaton.chain(stream.node))
+        if any(stream.pending for stream in streams) or (pending_bytes and boundary_only):
+            return self._verified(state_id, np.arange(size, dtype=np.int64))
+        candidates = [self._begin_candidates()]
+        sure: list[np.ndarray] = [self._always_banned]
+        if pending_bytes:
+            candidates.append(index.continuation_first)
+        for stream, (automaton, state) in enumerate(zip(self.automata, streams)):
+            case_sensitive = automaton.case_sensitive
+            for node in automaton.chain(state.node):
+                for rest in continuations[stream].get(node, ()):
+                    if not rest:
+                        sure.append(index.nonword_first(case_sensitive))
+                        continue
+                    candidates.append(index.starting_with(rest, case_sensitive))
+                    if state.prev_space:  # a leading space of the token is collapsed into the last one
+                        candidates.append(index.starting_with(" " + rest, case_sensitive))
+        certain = np.unique(np.concatenate(sure))
+        pool = np.setdiff1d(np.concatenate(candidates), certain)
+        return np.union1d(certain, self._verified(state_id, pool))
+
+    def _verified(self, state_id: int, candidates: np.ndarray) -> np.ndarray:
+        transition = self.transition
+        return np.asarray(sorted(t for t in candidates.tolist() if transition(state_id, t).hits), dtype=np.int64)
+
+    def _continuation_map(self) -> list[dict[int, frozenset[str]]]:
+        """Per stream and trie node, the text still needed to complete each pattern through that node
+        (boundary symbols left out; ``""`` when only a right boundary is missing)."""
+        found = self._continuations
+        if found is None:
+            found = []
+            for stream, automaton in enumerate(self.automata):
+                rests: dict[int, set[str]] = {}
+                for term, pattern in enumerate(self.patterns[stream]):
+                    for depth, node in enumerate(automaton.prefix_nodes[term], start=1):
+                        if depth < len(pattern):
+                            rests.setdefault(node, set()).add(pattern[depth:].replace(BOUNDARY, ""))
+                found.append({node: frozenset(r) for node, r in rests.items()})
+            self._continuations = found
+        return found
+
+    def _begin_candidates(self) -> np.ndarray:
+        """Tokens in which a match can begin and complete (a superset, from any state without pending bytes)."""
+        found = self._start_candidates
+        if found is None:
+            if self.sweep is not None:
+                found = np.flatnonzero((self.sweep.flags & 4 == 0).any(axis=0)).astype(np.int64)
+            else:
+                index = TokenTextIndex.for_vocab(self.vocab)
+                parts = [index.containing(t.normalized, t.case_sensitive) for t in self.terms]
+                found = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+            self._start_candidates = found
+        return found
+
+    def _lazy_always_banned(self) -> np.ndarray:
+        """Always-banned tokens without a sweep: those containing a term, verified one by one."""
+        candidates = self._begin_candidates().tolist()
+        return np.asarray([t for t in candidates if self._hits_from_any_state(t)], dtype=np.int64)

@@ -4,6 +4,11 @@ Keys are content addresses (:func:`guardrail.matching.compiler.artefact_key`), s
 compiler can never be served a stale artefact, and replicas sharing Redis share compiles. A blob that
 fails to decode (corrupt, foreign, other version) is treated as a miss: recompiled and overwritten.
 Redis errors are treated as misses too (the service reports Redis health separately).
+
+A request's own terms never go through the layers: :meth:`ArtefactCache.get_with_request` compiles them
+apart in milliseconds (no vocab sweep) and combines them with the stored lists' artefact at run time;
+nothing of them is written to disk or Redis. The disk layer is bounded (``max_disk_bytes``, least
+recently used files out).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from pathlib import Path
 from guardrail.atomic_file import write_atomically
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encode_artefact
-from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact
+from guardrail.matching.combined import CombinedArtefact
+from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import WordList
 
@@ -89,6 +95,24 @@ class ArtefactCache:
             self._remember(key, found)
         self._on_lookup(layer)
         return found, layer
+
+    def get_with_request(self, vocab: TokenVocab, stored: Sequence[WordList],
+                         request: Sequence[WordList]) -> Artefact | CombinedArtefact | None:
+        """The artefact guarding ``stored`` lists (through the cache layers) plus a request's own lists.
+
+        The request's terms are compiled apart without a vocab sweep
+        (:func:`~guardrail.matching.compiler.compile_request_artefact`, milliseconds, never stored) and
+        combined with the stored artefact (:class:`~guardrail.matching.combined.CombinedArtefact`).
+        Returns ``None`` when there are no lists at all (unguarded decoding).
+
+        Raises:
+            WordListError: if a list does not compile.
+        """
+        own = [wl for wl in request if wl.terms]
+        if not own:
+            return self.get(vocab, stored)[0] if stored else None
+        extra = compile_request_artefact(vocab, own, alongside=stored)
+        return CombinedArtefact(self.get(vocab, stored)[0], extra) if stored else extra
 
     def _remember(self, key: str, artefact: Artefact) -> None:
         with self._lock:

@@ -46,15 +46,21 @@ def flatten(wordlists: Sequence[WordList]) -> tuple[tuple[TermSpec, ...], tuple[
     case-insensitive substring terms alike (they apply to every list compiled alongside them).
     """
     terms: list[TermSpec] = []
-    allows: dict[tuple[str, bool], AllowSpec] = {}
     for wordlist in wordlists:
         for term in wordlist.terms:
             norm = normalize_term(term.text, term.case_sensitive)
             terms.append(TermSpec(len(terms), wordlist.name, term.text, norm, MatchMode(term.match),
                                   term.case_sensitive))
+    return tuple(terms), flatten_allows(wordlists)
+
+
+def flatten_allows(wordlists: Sequence[WordList]) -> tuple[AllowSpec, ...]:
+    """The allow-terms of ``wordlists``, deduplicated, in both case modes (see :func:`flatten`)."""
+    allows: dict[tuple[str, bool], AllowSpec] = {}
+    for wordlist in wordlists:
         for text in wordlist.allow:
             for case_sensitive in (False, True):
                 norm = normalize_term(text, case_sensitive)
                 if norm:
                     allows.setdefault((norm, case_sensitive), AllowSpec(text, norm, case_sensitive))
-    return tuple(terms), tuple(allows.values())
+    return tuple(allows.values())

@@ -94,6 +94,14 @@ class TokenMatcher:
         transition = self.artefact.finish(self._states[-1])
         return self._earliest_hit(transition, None) if transition.hits else None
 
+    def completing_tokens(self):
+        """``int64[k]`` sorted token ids that would complete a match if pushed now (the mask primitive).
+
+        Masking them is all a mask-only engine can do; see :meth:`Artefact.completing_tokens` (memoised
+        per automaton state, so a step that revisits a state costs a dict lookup).
+        """
+        return self.artefact.completing_tokens(self._states[-1])
+
     def rollback_to(self, length: int) -> None:
         """Roll back to the state after the first ``length`` pushed tokens.
 

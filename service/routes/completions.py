@@ -11,7 +11,7 @@ from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import Completion, prepare, prompt_token_ids, respond
+from service.generation import ResponseIdentity, prepare, prompt_token_ids, respond
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -25,24 +25,24 @@ class CompletionShape:
     id_prefix = "cmpl"
 
     @staticmethod
-    def _chunk(c: Completion, index: int, text: str, reason: str | None) -> dict[str, Any]:
+    def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None) -> dict[str, Any]:
         return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
                 "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}]}
 
-    def first_chunk(self, c: Completion, index: int) -> None:
+    def first_chunk(self, c: ResponseIdentity, index: int) -> None:
         return None
 
-    def delta_chunk(self, c: Completion, index: int, text: str) -> dict[str, Any]:
+    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]:
         return self._chunk(c, index, text, None)
 
-    def finish_chunk(self, c: Completion, index: int, reason: str) -> dict[str, Any]:
+    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
         return self._chunk(c, index, "", reason)
 
-    def usage_chunk(self, c: Completion, usage: dict[str, int]) -> dict[str, Any]:
+    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, int]) -> dict[str, Any]:
         return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
                 "choices": [], "usage": usage}
 
-    def body(self, c: Completion, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]:
+    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]:
         return {
             "id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
             "choices": [{"index": i, "text": f.text, "logprobs": None, "finish_reason": f.reason}
