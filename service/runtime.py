@@ -98,7 +98,7 @@ class Runtime:
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
                                        settings.version_poll_interval_s)
         # Continuous batching: one worker thread per batch row, each blocked on its own row's event stream.
-        self.batched = BatchedDecoder(self.decoder, max_batch=settings.max_batch)
+        self.batched = BatchedDecoder(self.decoder, max_batch=settings.max_batch, on_step=metrics.batch_size.observe)
         threads = max(settings.max_concurrent, self.batched.max_batch)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()

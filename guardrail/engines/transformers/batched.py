@@ -37,7 +37,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -173,6 +173,7 @@ class BatchedDecoder:
         max_batch: rows decoded together at most (>= 1); forced to 1 for models with sliding-window layers.
         prefill_chunk: prompt tokens prefilled per step at most (>= 1; a longer prompt spans several steps).
         compact_at: holes a row may hold before its cache is compacted (see :class:`BatchKVCache`).
+        on_step: called with the row count after every batch forward pass (the service's batch-size metric).
 
     Attributes:
         batched: False when the model falls back to batch-1 (sliding-window layers).
@@ -184,7 +185,8 @@ class BatchedDecoder:
     """
 
     def __init__(self, decoder: StreamingDecoder, max_batch: int = DEFAULT_MAX_BATCH,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, compact_at: int = DEFAULT_COMPACT_AT):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, compact_at: int = DEFAULT_COMPACT_AT,
+                 on_step: Callable[[int], None] | None = None):
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
@@ -194,6 +196,7 @@ class BatchedDecoder:
         self.max_batch = max_batch if self.batched else 1
         self.prefill_chunk = prefill_chunk
         self.cache = BatchKVCache(decoder.model, compact_at) if self.batched else None
+        self.on_step = on_step
         self.forward_passes = 0
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
         self._lock = threading.RLock()  # stream() submits while holding it
@@ -267,6 +270,8 @@ class BatchedDecoder:
             logits = self.cache.forward(tokens)
             self.forward_passes += 1
             self.batch_sizes.append(len(tokens))
+            if self.on_step is not None:
+                self.on_step(len(tokens))
             for index, row in enumerate(self.cache.keys):
                 row.kv.forward_passes += 1
                 row.kv.length += 1
