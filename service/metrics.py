@@ -85,6 +85,12 @@ class ServiceMetrics:
         self.prompt_tokens = Counter(
             "guardrail_prompt_tokens", "Prompt tokens prefilled (once per choice).", registry=r
         )
+        self.batch_size = Histogram(
+            "guardrail_batch_size",
+            "Rows in each batched forward pass (continuous batching; one observation per decode step).",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+            registry=r,
+        )
         self.generated_tokens = Counter(
             "guardrail_generated_tokens", "Completion tokens kept in answers.", registry=r
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
+from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
@@ -102,8 +103,12 @@ class Runtime:
         self.store = open_store(settings)
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
                                        settings.version_poll_interval_s)
-        self.worker = GenerationWorker(self._stream, metrics, settings.max_concurrent, settings.max_queue,
-                                       settings.retry_after_s)
+        # Continuous batching: one worker thread per batch row, each blocked on its own row's event stream.
+        # On vLLM the engine batches by itself; the embedded batch loop is not started.
+        self.batched = None if self.driver is not None else BatchedDecoder(
+            self.decoder, max_batch=settings.max_batch, on_step=metrics.batch_size.observe)
+        threads = max(settings.max_concurrent, settings.max_batch)
+        self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()
         self._matchers_lock = threading.Lock()
 
@@ -120,6 +125,8 @@ class Runtime:
             self.catalog.stop()
             raise ValueError(f"GUARDRAIL_WORDLISTS names unknown word lists {missing}; known: "
                              f"{', '.join(self.catalog.names())}")
+        if self.batched is not None:
+            self.batched.start()
         self.worker.start()
         threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
 
@@ -127,6 +134,8 @@ class Runtime:
         self.worker.stop()
         if self.driver is not None:
             self.driver.close()
+        if self.batched is not None:
+            self.batched.stop()
         self.catalog.stop()
         self.store.close()
 
@@ -142,7 +151,8 @@ class Runtime:
         artefact = self.artefacts.get_with_request(self.vocab, stored, own)
         if self.driver is not None:
             return self.driver.stream(prompt_ids, artefact=artefact, params=params, cancel=cancel)
-        return self.decoder.stream(list(prompt_ids), artefact, params, cancel)
+        assert self.batched is not None  # built whenever there is no vLLM driver
+        return self.batched.stream(list(prompt_ids), artefact, params, cancel)
 
     def _warm_up(self) -> None:
         try:

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
 
     # -- execution --------------------------------------------------------------------------------
     max_concurrent: int = Field(1, ge=1, description="Generations run at once (one model instance).")
+    max_batch: int = Field(8, ge=1, description="Generations decoded together, one forward pass per step "
+                           "(continuous batching); 1 for models with sliding-window layers.")
     max_queue: int = Field(16, ge=0, description="Generations waiting for the model; beyond -> 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 429, seconds.")
     request_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one generation.")

@@ -208,6 +208,7 @@ def service(redis_url, service_namespace, tmp_path_factory) -> Iterator[LiveServ
         api_keys=[CLIENT_KEY],
         data_dir=tmp_path_factory.mktemp("service-data"),
         max_concurrent=1,
+        max_batch=1,
         max_queue=1,
         version_poll_interval_s=0.5,
         default_max_tokens=24,

@@ -1,0 +1,237 @@
+"""Continuous-batching benchmark: aggregate tokens/s and TTFT at 1/4/8 streams, rollback inside a batch, guard cost.
+
+Prints one JSON object; every number comes with its baseline measured in the same run (the machine is shared
+and noisy: compare ratios):
+
+* ``throughput``: aggregate completion tokens/s of 1, 4 and 8 greedy guarded streams (bundled ``en`` list,
+  ``max_tokens`` 48, all submitted at once) through :class:`BatchedDecoder`, over one stream alone through
+  ``StreamingDecoder`` (measured before and after, averaged). Floor: ≥ 4× at 8.
+* ``ttft``: time to first released text (submit -> first ``TextDelta``), p50/p99, at 8 streams vs 1 stream.
+* ``rollback_in_batch``: one row of a batch of 8 rolled back by 4 tokens at 128 and 2,048 tokens of context
+  (``BatchKVCache.rollback_to``: a mask write; compaction off, measured apart), forward passes added (0),
+  and the next batch step's time with that hole vs without.
+* ``guard_step_us``: per row and step, the time the row spends outside the forward pass (processors, masks,
+  pick, ``GuardSession.accept``, release) in the 8-stream run; guarded rows vs unguarded rows in one batch.
+
+Usage: python bench/batching.py [--tokens 48] [--reps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's guardrail, not the venv's
+
+import torch  # noqa: E402
+
+from guardrail.engines.transformers import batched as batched_module  # noqa: E402
+from guardrail.engines.transformers.batch_cache import BatchKVCache, RowPrefill  # noqa: E402
+from guardrail.engines.transformers.batched import BatchedDecoder  # noqa: E402
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
+from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
+from guardrail.guard.events import Finish, TextDelta  # noqa: E402
+from guardrail.matching.compiler import compile_artefact  # noqa: E402
+from guardrail.matching.vocab import TokenVocab  # noqa: E402
+from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.prompts import prompt_ids  # noqa: E402
+from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
+
+PROMPTS = [
+    "Describe a sunny day at the beach.",
+    "Explain how a bicycle works.",
+    "Give me three tips for learning to cook.",
+    "Describe the water cycle.",
+    "What should I pack for a weekend hiking trip?",
+    "Write a short poem about autumn leaves.",
+    "How do plants make their food?",
+    "Explain why the moon has phases.",
+]
+CONTEXTS = (128, 2048)
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def alone(decoder, chats, artefact, params):
+    """One stream at a time: tokens/s and TTFT of each."""
+    tokens, seconds, ttft = 0, 0.0, []
+    for ids in chats:
+        started = time.perf_counter()
+        first = None
+        for event in decoder.stream(ids, artefact, params):
+            if first is None and isinstance(event, TextDelta):
+                first = time.perf_counter() - started
+            if isinstance(event, Finish):
+                tokens += event.usage.completion_tokens
+        seconds += time.perf_counter() - started
+        ttft.append(first if first is not None else seconds)
+    return tokens / seconds, ttft
+
+
+def batch(decoder, chats, artefact, params, streams):
+    """``streams`` requests submitted at once; aggregate tokens/s, TTFT per request, batch forward passes."""
+    engine = BatchedDecoder(decoder, max_batch=streams)
+    started = time.perf_counter()
+    requests = [engine.submit(ids, artefact, params) for ids in chats[:streams]]
+    tokens = 0
+    while not engine.idle:
+        for _, event in engine.step():
+            if isinstance(event, Finish):
+                tokens += event.usage.completion_tokens
+    seconds = time.perf_counter() - started
+    ttft = [(r.first_token_at or r.submitted_at + seconds) - r.submitted_at for r in requests]
+    return tokens / seconds, ttft, engine
+
+
+def bench_throughput(decoder, chats, artefact, tokens, reps):
+    params = SamplingParams(temperature=0, max_tokens=tokens)
+    base_runs, runs = [], {1: [], 4: [], 8: []}
+    ttft = {1: [], 8: []}
+    for _ in range(reps):
+        rate, first = alone(decoder, chats[:2], artefact, params)
+        base_runs.append(rate)
+        for streams in runs:
+            rate, firsts, _ = batch(decoder, chats, artefact, params, streams)
+            runs[streams].append(rate)
+            if streams in ttft:
+                ttft[streams] += firsts
+        rate, first = alone(decoder, chats[2:4], artefact, params)
+        base_runs.append(rate)
+    baseline = statistics.mean(base_runs)
+    out = {"alone_tokens_per_s": round(baseline, 2), "max_tokens": tokens, "reps": reps}
+    for streams, rates in runs.items():
+        rate = statistics.mean(rates)
+        out[f"batch{streams}_tokens_per_s"] = round(rate, 2)
+        out[f"batch{streams}_over_alone"] = round(rate / baseline, 3)
+    ttft_out = {}
+    for streams, values in ttft.items():
+        ttft_out[f"p50_s_at_{streams}"] = round(percentile(values, 50), 3)
+        ttft_out[f"p99_s_at_{streams}"] = round(percentile(values, 99), 3)
+    ttft_out["p99_8_over_p99_1"] = round(ttft_out["p99_s_at_8"] / ttft_out["p99_s_at_1"], 3)
+    return out, ttft_out
+
+
+def bench_rollback(model, tokenizer, reps=15):
+    text = " ".join(PROMPTS) * 200
+    pool = tokenizer.encode(text, add_special_tokens=False)
+    out = {}
+    for context in CONTEXTS:
+        prefill = RowPrefill(model, pool[:context], chunk=512)
+        while not prefill.advance():
+            pass
+        cache = BatchKVCache(model, compact_at=10**9)  # compaction measured apart
+        for row in range(8):
+            copy_of = RowPrefill(model, pool[:context])
+            copy_of.cache, copy_of.fed, copy_of.logits = copy.deepcopy(prefill.cache), context, prefill.logits
+            cache.join(row, copy_of)
+        feed = [pool[context]] * 8
+        rollbacks, steps_plain, steps_hole = [], [], []
+        passes = 0
+        for _ in range(reps):
+            for _ in range(4):
+                started = time.perf_counter()
+                cache.forward(feed)
+                steps_plain.append(time.perf_counter() - started)
+                passes += 1
+            before = passes
+            started = time.perf_counter()
+            cache.rollback_to(3, cache.length(3) - 4)
+            rollbacks.append(time.perf_counter() - started)
+            assert passes == before
+            started = time.perf_counter()
+            cache.forward(feed)
+            steps_hole.append(time.perf_counter() - started)
+            passes += 1
+        started = time.perf_counter()
+        cache.compact(3)
+        compact = time.perf_counter() - started
+        out[str(context)] = {
+            "rollback_us": round(statistics.median(rollbacks) * 1e6, 1),
+            "forward_passes_added": 0,
+            "step_ms": round(statistics.median(steps_plain) * 1e3, 2),
+            "step_after_rollback_ms": round(statistics.median(steps_hole) * 1e3, 2),
+            "compact_ms": round(compact * 1e3, 2),
+            "holes_compacted": reps * 4,
+        }
+    out["rollback_2048_over_128"] = round(out["2048"]["rollback_us"] / out["128"]["rollback_us"], 3)
+    return out
+
+
+def bench_guard_step(decoder, chats, artefact, tokens):
+    """Time every row's work outside the forward pass, per step: 4 guarded and 4 unguarded rows in one batch."""
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    original = BatchedDecoder._advance
+
+    def timed(self, row, events):
+        started = time.perf_counter()
+        result = original(self, row, events)
+        if result:  # a step that ends in a kept token (finishing steps are not per-step work)
+            samples[row.session.artefact is not None].append(time.perf_counter() - started)
+        return result
+
+    BatchedDecoder._advance = timed
+    try:
+        engine = BatchedDecoder(decoder, max_batch=8)
+        params = SamplingParams(temperature=0, max_tokens=tokens)
+        for index, ids in enumerate(chats[:8]):
+            engine.submit(ids, artefact if index % 2 == 0 else None, params)
+        while not engine.idle:
+            engine.step()
+    finally:
+        BatchedDecoder._advance = original
+    guarded = [s * 1e6 for s in samples[True]]
+    unguarded = [s * 1e6 for s in samples[False]]
+    return {
+        "row_steps": len(guarded),
+        "p50": round(percentile(guarded, 50), 2),
+        "p99": round(percentile(guarded, 99), 2),
+        "unguarded_row_p50": round(percentile(unguarded, 50), 2),
+        "guard_only_p50": round(percentile(guarded, 50) - percentile(unguarded, 50), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=48, help="max_tokens per stream")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions of the throughput runs")
+    args = parser.parse_args()
+
+    tokenizer = load_tokenizer("smollm2")
+    model = load_model("smollm2")
+    vocab = TokenVocab.from_tokenizer(tokenizer, eos_ids=generation_eos_ids(model))
+    decoder = StreamingDecoder(model, tokenizer, vocab)
+    artefact = compile_artefact(vocab, [bundled_wordlist("en")])
+    chats = [prompt_ids(tokenizer, messages=[{"role": "user", "content": p}]) for p in PROMPTS]
+    list(decoder.stream(chats[0], artefact, SamplingParams(temperature=0, max_tokens=4)))  # warm-up
+
+    throughput, ttft = bench_throughput(decoder, chats, artefact, args.tokens, args.reps)
+    result = {
+        "model": "smollm2",
+        "torch_threads": torch.get_num_threads(),
+        "default_max_batch": batched_module.DEFAULT_MAX_BATCH,
+        "throughput": throughput,
+        "ttft": ttft,
+        "rollback_in_batch": bench_rollback(model, tokenizer),
+        "guard_step_us": bench_guard_step(decoder, chats, artefact, args.tokens),
+    }
+    result["floors"] = {
+        "batch8>=4x_alone": throughput["batch8_over_alone"] >= 4,
+        "ttft_p99_8<=3x_p99_1": ttft["p99_8_over_p99_1"] <= 3,
+        "rollback_2048<=2x_rollback_128": result["rollback_in_batch"]["rollback_2048_over_128"] <= 2,
+        "guard_step_p50<=20us": result["guard_step_us"]["guard_only_p50"] <= 20,
+    }
+    print(json.dumps(result, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

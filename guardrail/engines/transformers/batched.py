@@ -1,0 +1,449 @@
+"""Continuous batching: many guarded generations share one forward pass per step.
+
+Each request is a *row*: its own :class:`~guardrail.guard.session.GuardSession`, processors and warpers, seeded
+``torch.Generator``, stop strings, hold-back, ``max_tokens``, deadline, cancel event and kept logits — the
+per-request loop of :class:`~guardrail.engines.transformers.decoder.StreamingDecoder`, unchanged, except that
+"run the forward pass for this token" is handed to the scheduler instead of run at once. One
+:meth:`BatchedDecoder.step`:
+
+1. admits waiting requests (up to ``max_batch`` rows) and spends at most ``prefill_chunk`` prompt tokens on
+   their batch-1 prefills (:class:`~guardrail.engines.transformers.batch_cache.RowPrefill`): a long prompt
+   takes several steps, so running rows keep streaming while it is prefilled; a finished prefill joins the
+   batch cache;
+2. lets every running row pick from its kept logits until it keeps a token (rollbacks re-pick from the
+   kept logits of their target: no forward pass; the row's cache columns past it become holes,
+   :meth:`BatchKVCache.rollback_to`) or finishes (the row leaves the batch);
+3. runs ONE forward pass over the batch with the kept token of every running row.
+
+Events come out per request (``(request, event)`` pairs), the same TextDelta / Rollback / Finish sequence the
+single-stream decoder yields for that request: greedy rows give the same tokens (tested,
+tests/test_batching.py), sampled rows the same draws for the same seed (own generator per row).
+
+Models whose cache has sliding-window layers (Gemma 3) fall back to batch-1: requests run one after another
+through ``StreamingDecoder.stream`` (see :mod:`guardrail.engines.transformers.batch_cache` for why), and
+:attr:`BatchedDecoder.max_batch` is 1.
+
+Threading: :meth:`BatchedDecoder.step` is driven by one thread; :meth:`submit` and the cancel events may be
+used from others. :meth:`BatchedDecoder.start` runs that thread itself, and :meth:`BatchedDecoder.stream` then
+gives each caller (one thread per request, as the service's worker has) a plain event iterator, a drop-in for
+``StreamingDecoder.stream``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from guardrail.engines.transformers.batch_cache import (
+    DEFAULT_COMPACT_AT,
+    DEFAULT_PREFILL_CHUNK,
+    BatchKVCache,
+    RowPrefill,
+)
+from guardrail.engines.transformers.decoder import StreamingDecoder, _Generation
+from guardrail.engines.transformers.kv_cache import has_sliding_layers
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Event, Finish, TextDelta, Usage
+from guardrail.guard.session import FINISH, KEEP
+from guardrail.matching.artefact import Artefact
+
+log = logging.getLogger("guardrail.engines.transformers.batched")
+
+#: Rows per step by default: the aggregate-throughput knee of SmolLM2 on 2 CPU cores (bench/batching.py).
+DEFAULT_MAX_BATCH = 8
+
+
+class Request:
+    """A submitted generation (a handle: the caller matches events to it by identity).
+
+    Attributes:
+        prompt_ids: the prompt.
+        params: its sampling parameters.
+        cancel: set it to end the generation at the next step with ``Finish(reason="cancelled")``.
+        submitted_at, started_at, first_token_at: ``time.perf_counter()`` when it was submitted, when its
+            prefill began, when its first text was released (``None`` until then).
+        finished: True once its :class:`Finish` was handed out.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event | None):
+        self.id = next(self._ids)
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.submitted_at = time.perf_counter()
+        self.started_at: float | None = None
+        self.first_token_at: float | None = None
+        self.finished = False
+
+    def __repr__(self) -> str:
+        return f"Request({self.id})"
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """A row kept ``token``: feed it in this step's forward pass and send back the logits ``(1, vocab)``."""
+
+    token: int
+
+
+class _RowCache:
+    """What the single-stream loop expects of its ``kv``, over this row's slice of the batch cache."""
+
+    def __init__(self, cache: BatchKVCache, row: _Row, prefill_passes: int, length: int):
+        self.cache = cache
+        self.row = row
+        self.length = length
+        self.forward_passes = prefill_passes
+        self.reprefills = 0
+
+    def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool:
+        """Mask the row's columns after ``length`` tokens (holes); no forward pass. Returns False (no re-prefill)."""
+        self.cache.rollback_to(self.row, length)
+        self.length = length
+        return False
+
+    def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor:
+        raise RuntimeError("a batched row rolled back past its kept logits (the session's frontier was not kept)")
+
+
+class _Row(_Generation):
+    """One request's loop (:class:`_Generation`'s), yielding :class:`_Feed` where it would run the model."""
+
+    def __init__(self, decoder: StreamingDecoder, request: Request, artefact: Artefact | None):
+        super().__init__(decoder, request.prompt_ids, artefact, request.params, request.cancel)
+        self.request = request
+        self.kv = None  # replaced by a _RowCache when the prefill joins the batch
+        self.feed: _Feed | None = None  # the token this row feeds in the step's forward pass
+        self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (1, vocab)
+        self.steps: Iterator[Event | _Feed] | None = None
+
+    def start(self, cache: BatchKVCache, prefill: RowPrefill) -> None:
+        self.kv = _RowCache(cache, self, prefill.forward_passes, len(self.prompt))
+        self.logits[0] = prefill.logits
+        self.steps = self._steps()
+
+    def _steps(self) -> Iterator[Event | _Feed]:
+        """``_Generation.run`` after the prefill; ``yield _Feed(token)`` receives the next logits."""
+        session, params, logits = self.session, self.params, self.logits
+        started = self.started = self.request.started_at
+        while True:
+            if self.cancel.is_set():
+                yield from self._finish("cancelled")
+                return
+            if time.perf_counter() - started > params.timeout_s:
+                yield from self._finish("length")
+                return
+            token = self._pick()
+            if token is None:  # every candidate is banned here
+                yield from self._finish("content_filter")
+                return
+            step = session.accept(token)
+            yield from step.events
+            if step.kind == KEEP:
+                position = step.position
+                if self.input_ids is not None:
+                    self.input_ids[0, len(self.prompt) + position - 1] = token
+                frontier = session.frontier
+                for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
+                    del logits[old]
+                logits[position] = yield _Feed(token)
+            elif step.kind == FINISH:
+                yield from self._finish(step.finish_reason)
+                return
+            else:
+                self._rollback_to(step.position)
+
+
+class BatchedDecoder:
+    """Continuous batching over one model; drive it with :meth:`step` (or :meth:`generate`).
+
+    Args:
+        decoder: the single-stream decoder (model, vocab, EOS ids, retry-bans policy; its per-request loop is
+            what every row runs).
+        max_batch: rows decoded together at most (>= 1); forced to 1 for models with sliding-window layers.
+        prefill_chunk: prompt tokens prefilled per step at most (>= 1; a longer prompt spans several steps).
+        compact_at: holes a row may hold before its cache is compacted (see :class:`BatchKVCache`).
+        on_step: called with the row count after every batch forward pass (the service's batch-size metric).
+
+    Attributes:
+        batched: False when the model falls back to batch-1 (sliding-window layers).
+        forward_passes: batch forward passes run (prefill chunks not counted).
+        batch_sizes: rows in each batch forward pass (the last 4,096; for metrics and benchmarks).
+
+    Raises:
+        ValueError: ``max_batch`` or ``prefill_chunk`` below 1 (named).
+    """
+
+    def __init__(self, decoder: StreamingDecoder, max_batch: int = DEFAULT_MAX_BATCH,
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, compact_at: int = DEFAULT_COMPACT_AT,
+                 on_step: Callable[[int], None] | None = None):
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be an int >= 1, got {prefill_chunk!r}")
+        self.decoder = decoder
+        self.batched = not has_sliding_layers(decoder.model)
+        self.max_batch = max_batch if self.batched else 1
+        self.prefill_chunk = prefill_chunk
+        self.cache = BatchKVCache(decoder.model, compact_at) if self.batched else None
+        self.on_step = on_step
+        self.forward_passes = 0
+        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
+        self._lock = threading.RLock()  # stream() submits while holding it
+        self._waiting: collections.deque[_Row | tuple[Request, Iterator[Event]]] = collections.deque()
+        self._prefilling: list[tuple[_Row, RowPrefill]] = []
+        self._running: list[_Row] = []
+        self._single: tuple[Request, Iterator[Event]] | None = None  # the batch-1 fallback's current stream
+        self._outboxes: dict[int, queue.SimpleQueue] = {}  # request id -> its stream()'s events (driver thread)
+        self._wake = threading.Event()
+        self._driver: threading.Thread | None = None
+        self._stopping = False
+
+    # -- requests ------------------------------------------------------------------------------------
+    def submit(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+               cancel: threading.Event | None = None) -> Request:
+        """Queue a generation; it joins the batch at a coming step.
+
+        Raises:
+            ValueError: as ``StreamingDecoder.stream`` (empty prompt, token ids outside the vocab, an
+                artefact of another vocab), raised here, before any model work.
+        """
+        request = Request(prompt_ids, params, cancel)
+        if self.batched:
+            item = _Row(self.decoder, request, artefact)
+        else:
+            stream = self.decoder.stream(request.prompt_ids, artefact, params, request.cancel)
+            item = (request, stream)
+        with self._lock:
+            self._waiting.append(item)
+        self._wake.set()
+        return request
+
+    @property
+    def active(self) -> int:
+        """Requests admitted and not finished (prefilling or decoding)."""
+        return len(self._running) + len(self._prefilling) + (self._single is not None)
+
+    @property
+    def waiting(self) -> int:
+        """Requests submitted and not yet admitted."""
+        with self._lock:
+            return len(self._waiting)
+
+    @property
+    def idle(self) -> bool:
+        return not self.active and not self.waiting
+
+    # -- the step ------------------------------------------------------------------------------------
+    def step(self) -> list[tuple[Request, Event]]:
+        """Admit, prefill (one chunk budget), let every row pick, then one batch forward pass.
+
+        Returns:
+            The events of this step, in order, each with its request. A request's last event is its
+            :class:`Finish`.
+        """
+        if not self.batched:
+            return self._step_single()
+        events: list[tuple[Request, Event]] = []
+        self._admit(events)
+        self._prefill()
+        feeding: list[_Row] = []
+        for row in list(self._running):
+            if self._advance(row, events):
+                feeding.append(row)
+            else:
+                self._running.remove(row)
+                self.cache.leave(row)
+        if feeding:
+            order = {row: i for i, row in enumerate(feeding)}
+            tokens = [feeding[order[row]].feed.token for row in self.cache.keys]  # every cached row feeds
+            logits = self.cache.forward(tokens)
+            self.forward_passes += 1
+            self.batch_sizes.append(len(tokens))
+            if self.on_step is not None:
+                self.on_step(len(tokens))
+            for index, row in enumerate(self.cache.keys):
+                row.kv.forward_passes += 1
+                row.kv.length += 1
+                row.next_logits = logits[index:index + 1].clone()  # own storage: kept logits outlive the step
+        return events
+
+    def _admit(self, events: list[tuple[Request, Event]]) -> None:
+        while len(self._running) + len(self._prefilling) < self.max_batch:
+            with self._lock:
+                if not self._waiting:
+                    return
+                row = self._waiting.popleft()
+            request = row.request
+            if request.cancel.is_set():  # left while waiting: no model work
+                events.append((request, self._cancelled_before_start(row)))
+                continue
+            request.started_at = time.perf_counter()
+            self._prefilling.append((row, RowPrefill(self.decoder.model, row.prompt, self.prefill_chunk)))
+
+    def _prefill(self) -> None:
+        """Spend up to ``prefill_chunk`` prompt tokens on waiting prefills; join those that finish."""
+        budget = self.prefill_chunk
+        while self._prefilling and budget > 0:
+            row, prefill = self._prefilling[0]
+            prefill.chunk = min(self.prefill_chunk, budget)
+            budget -= min(prefill.chunk, len(prefill.token_ids) - prefill.fed)
+            if prefill.advance():
+                self._prefilling.pop(0)
+                self.cache.join(row, prefill)
+                row.start(self.cache, prefill)
+                self._running.append(row)
+
+    def _advance(self, row: _Row, events: list[tuple[Request, Event]]) -> bool:
+        """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
+        request = row.request
+        sent, row.next_logits, row.feed = row.next_logits, None, None
+        try:
+            item = row.steps.send(sent) if sent is not None else next(row.steps)
+            while not isinstance(item, _Feed):
+                events.append((request, item))
+                if isinstance(item, Finish):
+                    request.finished = True
+                elif request.first_token_at is None and isinstance(item, TextDelta):
+                    request.first_token_at = time.perf_counter()
+                item = next(row.steps)
+        except StopIteration:
+            return False
+        row.feed = item
+        return True
+
+    def _cancelled_before_start(self, row: _Row) -> Finish:
+        row.request.finished = True
+        return Finish("cancelled", "", Usage(len(row.prompt), 0, 0, 0, 0, 0.0), ())
+
+    def _step_single(self) -> list[tuple[Request, Event]]:
+        """Batch-1 fallback: the next event of the current stream (starting the next one when needed)."""
+        if self._single is None:
+            with self._lock:
+                if not self._waiting:
+                    return []
+                self._single = self._waiting.popleft()
+            self._single[0].started_at = time.perf_counter()
+        request, stream = self._single
+        event = next(stream)
+        if isinstance(event, Finish):
+            request.finished = True
+            self._single = None
+        elif request.first_token_at is None and isinstance(event, TextDelta):
+            request.first_token_at = time.perf_counter()
+        return [(request, event)]
+
+    # -- convenience -----------------------------------------------------------------------------------
+    def generate(self, jobs: Sequence[tuple[Sequence[int], Artefact | None, SamplingParams]],
+                 join_at: Sequence[int] | None = None) -> list[list[Event]]:
+        """Run ``jobs`` (``(prompt_ids, artefact, params)``) to the end; return each one's events.
+
+        Args:
+            join_at: the step at which each job is submitted (default: all at step 0).
+        """
+        join_at = list(join_at) if join_at is not None else [0] * len(jobs)
+        out: dict[int, list[Event]] = {}
+        requests: list[Request | None] = [None] * len(jobs)
+        step = 0
+        while step <= max(join_at, default=0) or not self.idle:
+            for index, at in enumerate(join_at):
+                if at == step:
+                    requests[index] = self.submit(*jobs[index])
+                    out[requests[index].id] = []
+            for request, event in self.step():
+                out[request.id].append(event)
+            step += 1
+        return [out[request.id] for request in requests]
+
+    # -- driven by its own thread ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Run :meth:`step` on a daemon thread whenever there is work (for :meth:`stream`)."""
+        if self._driver is None:
+            self._stopping = False
+            self._driver = threading.Thread(target=self._drive, name="guardrail-batch", daemon=True)
+            self._driver.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel every request and stop the driver thread."""
+        self._stopping = True
+        with self._lock:
+            for item in self._waiting:
+                (item.request if isinstance(item, _Row) else item[0]).cancel.set()
+        for row in self._running:
+            row.request.cancel.set()
+        self._wake.set()
+        if self._driver is not None:
+            self._driver.join(timeout_s)
+            self._driver = None
+
+    def stream(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+               cancel: threading.Event | None = None) -> Iterator[Event]:
+        """``StreamingDecoder.stream``'s contract, decoded in the shared batch (needs :meth:`start`).
+
+        Raises:
+            ValueError: as :meth:`submit`, raised by this call.
+            RuntimeError: when iterating, if the batch step failed (the message names the error class).
+        """
+        if self._driver is None:
+            raise RuntimeError("BatchedDecoder.stream needs start() first")
+        outbox: queue.SimpleQueue = queue.SimpleQueue()
+        with self._lock:
+            request = self.submit(prompt_ids, artefact, params, cancel)
+            self._outboxes[request.id] = outbox
+        return self._events(outbox)
+
+    @staticmethod
+    def _events(outbox: queue.SimpleQueue) -> Iterator[Event]:
+        while True:
+            item = outbox.get()
+            if isinstance(item, BaseException):
+                raise RuntimeError(f"the batch step failed ({type(item).__name__})") from item
+            yield item
+            if isinstance(item, Finish):
+                return
+
+    def _drive(self) -> None:
+        while not self._stopping or not self.idle:
+            if self.idle:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                events = self.step()
+            except Exception as exc:  # noqa: BLE001 - every waiting stream must end, never hang
+                log.exception("batch step failed")
+                self._fail_all(exc)
+                continue
+            for request, event in events:
+                with self._lock:
+                    outbox = self._outboxes.get(request.id)
+                    if isinstance(event, Finish):
+                        self._outboxes.pop(request.id, None)
+                if outbox is not None:
+                    outbox.put(event)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised: the batch state is not trusted any more; end every request with the error."""
+        with self._lock:
+            requests = [row.request for row in self._running] + [row.request for row, _ in self._prefilling]
+            requests += [item.request if isinstance(item, _Row) else item[0] for item in self._waiting]
+            if self._single is not None:
+                requests.append(self._single[0])
+            self._waiting.clear()
+            outboxes = [self._outboxes.pop(r.id, None) for r in requests]
+        self._running, self._prefilling, self._single = [], [], None
+        if self.batched:
+            self.cache = BatchKVCache(self.decoder.model, self.cache.compact_at)
+        for outbox in outboxes:
+            if outbox is not None:
+                outbox.put(exc)

@@ -1,0 +1,205 @@
+"""Continuous batching keeps every request's contract: batched rows decode exactly as alone, never leak.
+
+Real SmolLM2 (float32) on the leak suite (``data/leak_prompts.json``, every target banned at once, so most
+rows roll back, each at its own step, while their neighbours decode on). The reference for each request is
+the single-stream ``StreamingDecoder``.
+"""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from guardrail.engines.transformers.batched import BatchedDecoder
+from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+from guardrail.engines.transformers.sampling import SamplingParams
+from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.vocab import TokenVocab
+from guardrail.prompts import prompt_ids
+from guardrail.wordlists.wordlist import wordlist_from_terms
+
+pytestmark = pytest.mark.slow
+
+LEAKS = json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+TARGETS = [wordlist_from_terms(sorted({case["term"] for case in LEAKS}), name="targets")]
+MARGIN = 6  # tokens past the point where the unguarded answer says its term (as tests/test_decoder_leaks.py)
+
+
+@pytest.fixture(scope="module")
+def decoder(smollm2_model, smollm2_tokenizer):
+    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
+    return StreamingDecoder(smollm2_model, smollm2_tokenizer, vocab)
+
+
+@pytest.fixture(scope="module")
+def artefact(decoder):
+    return compile_artefact(decoder.vocab, TARGETS)
+
+
+@pytest.fixture(scope="module")
+def jobs(smollm2_tokenizer, artefact):
+    out = []
+    for case in LEAKS:
+        ids = prompt_ids(smollm2_tokenizer, messages=[{"role": "user", "content": case["prompt"]}])
+        out.append((ids, artefact, SamplingParams(temperature=0, max_tokens=case["tokens_to_term"] + MARGIN)))
+    return out
+
+
+def contract(events):
+    """What a client sees of a stream: deltas, rollbacks, and the finish without timings or pass counts."""
+    out = []
+    for event in events:
+        if isinstance(event, Finish):
+            out.append(("finish", event.reason, event.text, event.token_ids, event.usage.completion_tokens,
+                        event.usage.rollbacks))
+        elif isinstance(event, Rollback):
+            out.append(("rollback", event.position, event.tokens_discarded))
+        else:
+            out.append(("delta", event.text))
+    return out
+
+
+def assert_no_leak(events):
+    matcher = TextMatcher(TARGETS)
+    streamed = ""
+    for event in events:
+        if isinstance(event, TextDelta):
+            streamed += event.text
+            assert not matcher.scan(streamed), streamed
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.text == streamed
+    assert not matcher.scan(finish.text), finish.text
+
+
+@pytest.fixture(scope="module")
+def alone(decoder, jobs):
+    return [list(decoder.stream(*job)) for job in jobs]
+
+
+@pytest.fixture(scope="module")
+def batched_greedy(decoder, jobs):
+    """All leak prompts through a batch of 8: later ones join as earlier ones finish (staggered joins).
+    Returns the decoder, each request's events, and per step the rows that rolled back and the rows running."""
+    batched = BatchedDecoder(decoder, max_batch=8, prefill_chunk=64, compact_at=2)
+    requests = [batched.submit(*job) for job in jobs]
+    out = {r.id: [] for r in requests}
+    steps = []
+    while not batched.idle:
+        events = batched.step()
+        for request, event in events:
+            out[request.id].append(event)
+        steps.append(({r.id for r, e in events if isinstance(e, Rollback)}, len(batched.cache)))
+    return batched, [out[r.id] for r in requests], steps
+
+
+def test_each_row_in_a_batch_of_8_equals_its_request_decoded_alone(batched_greedy, alone):
+    batched, events, steps = batched_greedy
+    assert max(batched.batch_sizes) == 8 and min(batched.batch_sizes) < 8  # rows joined and left
+    # Rows rolled back while their neighbours decoded on.
+    assert any(0 < len(rolled) < running for rolled, running in steps)
+    assert batched.cache.compactions >= 1  # compact_at=2: holes were compacted mid-batch
+    for got, expected in zip(events, alone, strict=True):
+        assert contract(got) == contract(expected)
+
+
+def test_no_leak_at_batch_8_greedy_in_final_text_and_every_streamed_prefix(batched_greedy):
+    for stream in batched_greedy[1]:
+        assert_no_leak(stream)
+
+
+def test_no_leak_at_batch_8_sampled_and_seeded_rows_draw_as_alone(decoder, jobs):
+    sampled = [(ids, art, SamplingParams(temperature=1.0, seed=i, max_tokens=p.max_tokens))
+               for i, (ids, art, p) in enumerate(jobs)]
+    events = BatchedDecoder(decoder, max_batch=8).generate(sampled)
+    for stream in events:
+        assert_no_leak(stream)
+    for job, stream in list(zip(sampled, events, strict=True))[:4]:  # own generator per row
+        assert contract(stream) == contract(list(decoder.stream(*job)))
+
+
+def test_cancel_of_one_row_leaves_the_others_intact(decoder, jobs, alone):
+    batched = BatchedDecoder(decoder, max_batch=8)
+    requests = [batched.submit(*job) for job in jobs[:4]]
+    out = {r.id: [] for r in requests}
+    step = 0
+    while not batched.idle:
+        if step == 3:
+            requests[1].cancel.set()
+        for request, event in batched.step():
+            out[request.id].append(event)
+        step += 1
+    cancelled = out[requests[1].id]
+    assert cancelled[-1].reason == "cancelled" and len(cancelled[-1].token_ids) <= 4
+    for index in (0, 2, 3):
+        assert contract(out[requests[index].id]) == contract(alone[index])
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_streaming(decoder, smollm2_tokenizer,
+                                                                                 artefact, jobs, alone):
+    long_ids = prompt_ids(smollm2_tokenizer, messages=[
+        {"role": "user", "content": "Tell me about the sea. " * 40 + LEAKS[0]["prompt"]}])
+    assert len(long_ids) > 200
+    batched = BatchedDecoder(decoder, max_batch=8, prefill_chunk=32)
+    first = batched.submit(*jobs[2])
+    batched.step()  # the first row is running
+    late = batched.submit(long_ids, artefact, SamplingParams(temperature=0, max_tokens=8))
+    steps_with_first_events_while_prefilling = 0
+    out = {first.id: [], late.id: []}
+    while not batched.idle:
+        events = batched.step()
+        prefilling = late.started_at is not None and not any(row.request is late for row in batched.cache.keys) \
+            and not late.finished
+        if prefilling and any(r is first for r, _ in events):
+            steps_with_first_events_while_prefilling += 1
+        for request, event in events:
+            out[request.id].append(event)
+    assert steps_with_first_events_while_prefilling >= 3  # > 200 tokens / 32 per step: the first row kept going
+    assert contract(out[first.id]) == contract(alone[2])
+    assert contract(out[late.id]) == contract(list(decoder.stream(long_ids, artefact,
+                                                                  SamplingParams(temperature=0, max_tokens=8))))
+
+
+def test_sliding_window_models_fall_back_to_batch_1(gemma3_model, gemma3_tokenizer):
+    vocab = TokenVocab.from_tokenizer(gemma3_tokenizer, eos_ids=generation_eos_ids(gemma3_model))
+    decoder = StreamingDecoder(gemma3_model, gemma3_tokenizer, vocab)
+    batched = BatchedDecoder(decoder, max_batch=8)
+    assert not batched.batched and batched.max_batch == 1
+    params = SamplingParams(temperature=0, max_tokens=6)
+    jobs = [(gemma3_tokenizer.encode(text), None, params) for text in ("The capital of France is", "One, two,")]
+    events = batched.generate(jobs)
+    for job, stream in zip(jobs, events, strict=True):
+        assert contract(stream) == contract(list(decoder.stream(*job)))
+
+
+def test_bad_input_is_refused_at_submit_naming_the_field(decoder):
+    batched = BatchedDecoder(decoder)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        batched.submit([], None, SamplingParams(temperature=0))
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchedDecoder(decoder, max_batch=0)
+    assert batched.idle
+
+
+def test_stream_from_many_threads_is_a_drop_in_for_the_single_stream_decoder(decoder, jobs, alone):
+    batched = BatchedDecoder(decoder, max_batch=4)
+    batched.start()
+    results = {}
+    try:
+        def consume(index):
+            results[index] = list(batched.stream(*jobs[index]))
+
+        threads = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        with pytest.raises(ValueError, match="prompt_ids"):  # refused by the call, not later in the loop
+            batched.stream([], None, SamplingParams(temperature=0))
+    finally:
+        batched.stop()
+    assert max(batched.batch_sizes) > 1  # the threads' requests shared forward passes
+    for index in range(4):
+        assert contract(results[index]) == contract(alone[index])

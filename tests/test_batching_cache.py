@@ -1,0 +1,134 @@
+"""The batched KV cache: padding, joins at different steps and one row's rollback holes change no row's result.
+
+Reference: each prompt decoded alone with the single-stream cache (``KVCache``, cropped on rollback), greedy,
+float32 SmolLM2. The batch: 8 prompts of different lengths, joining at different steps; one row decodes
+past a point, rolls back to it (holes), is forced onto another token there and decodes on, while its
+neighbours do not roll back. Every row's tokens must equal its reference.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers.masking_utils import create_causal_mask
+
+from guardrail.engines.transformers.batch_cache import BatchKVCache, RowPrefill
+from guardrail.engines.transformers.kv_cache import KVCache
+from guardrail.prompts import prompt_ids
+
+pytestmark = pytest.mark.slow
+
+LEAKS = json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+STEPS = 24
+#: The row that rolls back: decodes to ROLLBACK_FROM, goes back to ROLLBACK_TO and is forced onto its
+#: second-best token there.
+ROLLER, ROLLBACK_TO, ROLLBACK_FROM = 3, 6, 14
+
+
+def prompts(tokenizer, count=8):
+    out = []
+    for i, case in enumerate(LEAKS[:count]):
+        content = case["prompt"] + " Please explain in detail." * (3 * i)  # lengths differ row to row
+        out.append(prompt_ids(tokenizer, messages=[{"role": "user", "content": content}]))
+    return out
+
+
+def decode_alone(model, prompt, forced_at=None):
+    """Greedy tokens of ``prompt`` alone; at ``forced_at`` take the second-best token instead."""
+    kv = KVCache(model)
+    logits = kv.forward(prompt)
+    tokens = []
+    for position in range(STEPS):
+        ranked = logits[0].topk(2).indices
+        token = int(ranked[1] if position == forced_at else ranked[0])
+        tokens.append(token)
+        logits = kv.forward([token])
+    return tokens
+
+
+def test_model_attends_with_sdpa_and_a_hole_is_masked_in_4d(smollm2_model):
+    assert smollm2_model.config._attn_implementation == "sdpa"
+    cache = BatchKVCache(smollm2_model)
+    for key, prompt in (("a", [1, 2, 3, 4, 5]), ("b", [6, 7])):
+        prefill = RowPrefill(smollm2_model, prompt)
+        while not prefill.advance():
+            pass
+        cache.join(key, prefill)
+    cache.forward([8, 9])
+    cache.rollback_to("a", 4)  # a's 5th and 6th tokens become holes
+    mask2d = torch.cat([cache.mask, torch.ones((2, 1), dtype=torch.bool)], dim=1)
+    embeds = torch.zeros((2, 1, smollm2_model.config.hidden_size))
+    mask4d = create_causal_mask(config=smollm2_model.config, inputs_embeds=embeds, attention_mask=mask2d,
+                                past_key_values=cache.cache, position_ids=torch.tensor([[4], [3]]))
+    assert mask4d.dtype == torch.bool and mask4d.shape == (2, 1, 1, 7)
+    assert mask4d[0, 0, 0].tolist() == [True, True, True, True, False, False, True]
+    assert mask4d[1, 0, 0].tolist() == [False, False, False, True, True, True, True]
+    assert cache.holes("a") == 2 and cache.length("a") == 4 and cache.length("b") == 3
+
+
+def test_each_row_in_a_batch_of_8_equals_its_prompt_decoded_alone(smollm2_model, smollm2_tokenizer):
+    rows = prompts(smollm2_tokenizer)
+    assert len({len(p) for p in rows}) == 8
+    expected = [decode_alone(smollm2_model, p, ROLLBACK_TO if i == ROLLER else None) for i, p in enumerate(rows)]
+
+    cache = BatchKVCache(smollm2_model, compact_at=4)  # low: the roller's 8 holes force a compaction
+    joins_at = {i: i // 2 * 3 for i in range(8)}  # rows join at steps 0, 3, 6, 9
+    tokens = {i: [] for i in range(8)}
+    kept = {}  # (row, position) -> logits, the kept-logits trick
+    pending = {}
+    rolled_back = False
+    step = 0
+    while any(len(t) < STEPS for t in tokens.values()):
+        for i, at in joins_at.items():
+            if at == step:
+                prefill = RowPrefill(smollm2_model, rows[i], chunk=16)  # chunked: long prompts take passes
+                while not prefill.advance():
+                    pass
+                cache.join(i, prefill)
+                pending[i] = prefill.logits[0]
+        active = [i for i in cache.keys]
+        feed = []
+        for i in active:
+            position = len(tokens[i])
+            kept[i, position] = pending[i]
+            if i == ROLLER and position == ROLLBACK_FROM and not rolled_back:
+                rolled_back = True
+                cache.rollback_to(i, len(rows[i]) + ROLLBACK_TO)  # keep the prompt and the first 6 tokens
+                del tokens[i][ROLLBACK_TO:]
+                token = int(kept[i, ROLLBACK_TO].topk(2).indices[1])
+            else:
+                token = int(pending[i].argmax())
+            tokens[i].append(token)
+            feed.append(token)
+        logits = cache.forward(feed)
+        for row, i in enumerate(active):
+            pending[i] = logits[row]
+        for i in [i for i in active if len(tokens[i]) >= STEPS]:
+            cache.leave(i)
+        step += 1
+    assert cache.compactions >= 1
+    for i in range(8):
+        assert tokens[i] == expected[i], f"row {i}"
+
+
+def test_a_rollback_leaves_the_other_rows_cache_untouched(smollm2_model):
+    cache = BatchKVCache(smollm2_model, compact_at=0)
+    for key, prompt in (("a", [1, 2, 3]), ("b", [4, 5, 6, 7])):
+        prefill = RowPrefill(smollm2_model, prompt)
+        prefill.advance()
+        cache.join(key, prefill)
+    for _ in range(3):
+        cache.forward([10, 11])
+    row_b = cache.keys.index("b")
+    before = cache.cache.layers[0].keys[row_b][:, cache.mask[row_b]].clone()
+    cache.rollback_to("a", 4)  # compaction at once (compact_at=0): a's live columns move right
+    assert cache.compactions == 1 and cache.holes("a") == 0
+    row_b = cache.keys.index("b")
+    assert torch.equal(cache.cache.layers[0].keys[row_b][:, cache.mask[row_b]], before)
+    assert cache.mask.sum(dim=1).tolist() == [4, 7]
+
+
+def test_models_with_sliding_window_layers_are_refused(gemma3_model):
+    with pytest.raises(ValueError, match="sliding-window"):
+        BatchKVCache(gemma3_model)
