@@ -251,7 +251,6 @@ def test_bad_vllm_parameters_are_400_naming_them(service, change, param):
     assert response.json()["error"]["param"] == param
 
 
-@pytest.mark.xfail(strict=True, reason="the decoder does not stop on SamplingParams.end_ids yet (lead wires it)")
 def test_stop_token_ids_end_the_answer_and_ignore_eos_runs_to_max_tokens(service):
     first = service.chat(max_tokens=24).json()
     ids = service.runtime.tokenizer(first["choices"][0]["message"]["content"], add_special_tokens=False)["input_ids"]

@@ -85,7 +85,7 @@ class StreamingDecoder:
         Raises:
             ValueError: an artefact compiled for another vocab.
         """
-        return GuardSession(artefact, self.vocab, eos_ids=self.eos_ids, stop=params.stop,
+        return GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
                             max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                             max_rollbacks_per_position=params.max_rollbacks_per_position,
                             retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens)

@@ -216,7 +216,7 @@ class VLLMDriver:
         # The engine masks the artefact's always-banned ids and the position bans; the session catches hits.
         guard = GuardArgs(banned_ids=tuple(int(t) for t in artefact.always_banned), mask="bans") \
             if artefact is not None else None
-        session = GuardSession(artefact, self.vocab, eos_ids=self.eos_ids, stop=params.stop,
+        session = GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
                                max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                                max_rollbacks_per_position=params.max_rollbacks_per_position,
                                num_logits=self.num_logits, prompt_tokens=len(prompt))
@@ -320,8 +320,12 @@ class VLLMDriver:
         sampling = VLLMSamplingParams(
             n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, min_p=params.min_p,
             seed=seed, max_tokens=room, repetition_penalty=params.repetition_penalty,
+            presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
+            # A resubmission's output starts at `position`: min_tokens counts what is still owed. vLLM's
+            # penalties count the output tokens of this submission only (documented in docs/vllm.md).
+            min_tokens=max(0, params.min_tokens - position), ignore_eos=params.ignore_eos,
             logit_bias=dict(params.logit_bias) or None, output_kind=RequestOutputKind.DELTA, detokenize=False,
-            stop_token_ids=sorted(self.eos_ids), extra_args=extra_args,
+            stop_token_ids=sorted(job.session.eos_ids), extra_args=extra_args,
         )
         request_id = f"guardrail-{job.id}-{job.submissions}"
         job.submissions += 1
