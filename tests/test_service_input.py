@@ -255,6 +255,9 @@ def test_stop_token_ids_end_the_answer_and_ignore_eos_runs_to_max_tokens(service
     first = service.chat(max_tokens=24).json()
     ids = service.runtime.tokenizer(first["choices"][0]["message"]["content"], add_special_tokens=False)["input_ids"]
     stopped = service.chat(max_tokens=24, stop_token_ids=[ids[2]]).json()
-    assert stopped["usage"]["completion_tokens"] == 3 and stopped["choices"][0]["finish_reason"] == "stop"
+    # The stop token ends the answer like EOS: neither in the text nor counted (at most the two tokens before it;
+    # fewer when the same id occurs earlier in the model's own tokenization of the answer).
+    assert stopped["choices"][0]["finish_reason"] == "stop" and stopped["usage"]["completion_tokens"] <= 2
+    assert first["choices"][0]["message"]["content"].startswith(stopped["choices"][0]["message"]["content"])
     endless = service.chat(max_tokens=24, ignore_eos=True).json()
     assert endless["usage"]["completion_tokens"] == 24 and endless["choices"][0]["finish_reason"] == "length"
