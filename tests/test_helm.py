@@ -257,6 +257,21 @@ def test_deployment_takes_settings_and_secrets_from_values(production_manifests)
     assert container["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
 
+def test_engine_batch_and_vllm_args_reach_the_container(tools, default_manifests):
+    def env_of(manifests):
+        container = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    default = env_of(default_manifests)
+    assert default["GUARDRAIL_ENGINE"] == "transformers" and default["GUARDRAIL_MAX_BATCH"] == "8"
+    assert "GUARDRAIL_VLLM_ENGINE_ARGS" not in default
+    vllm = env_of(render(tools, sets=("guardrail.engine=vllm", "guardrail.maxBatch=4",
+                                      "guardrail.vllmEngineArgs.enforce_eager=true")))
+    assert vllm["GUARDRAIL_ENGINE"] == "vllm" and vllm["GUARDRAIL_MAX_BATCH"] == "4"
+    assert json.loads(vllm["GUARDRAIL_VLLM_ENGINE_ARGS"]) == {"enforce_eager": True}
+    assert "/guardrail/engine" in render_error(tools, "guardrail.engine=tgi")
+
+
 def test_existing_secret_replaces_the_generated_one(tools):
     manifests = render(tools, sets=("auth.existingSecret=my-guardrail-credentials",))
     assert not [m for m in manifests if m["kind"] == "Secret"]
