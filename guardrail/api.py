@@ -19,7 +19,7 @@ from guardrail.engines.transformers.decoder import StreamingDecoder, generation_
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
 from guardrail.guard.events import Completion, Event, Finish, FinishReason, Rollback, TextDelta, Usage
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
@@ -52,7 +52,7 @@ class Guard:
     """
 
     def __init__(self, model, tokenizer, vocab: TokenVocab, wordlists: Sequence[WordList],
-                 artefact: Artefact | None):
+                 artefact: ArtefactLike | None):
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = vocab

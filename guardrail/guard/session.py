@@ -40,7 +40,7 @@ import numpy as np
 from guardrail.guard.bans import PositionBans
 from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.guard.holdback import TextBuffer
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.vocab import TokenVocab
 
@@ -126,7 +126,7 @@ class GuardSession:
         text: the completion's bytes and release cursor (:class:`TextBuffer`).
     """
 
-    def __init__(self, artefact: Artefact | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
+    def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
                  prompt_tokens: int = 0):
@@ -332,8 +332,8 @@ class GuardSession:
             return self.text_ends()
         matcher = self.matcher
         hit = matcher.push(token_id) if matcher is not None else None
-        if hit is not None:
-            self.matcher = TokenMatcher(self.artefact)
+        if matcher is not None and hit is not None:
+            self.matcher = TokenMatcher(matcher.artefact)
             self.missed.append(hit)
         self._tokens.append(token_id)
         self.text.append(token_id)
@@ -385,6 +385,7 @@ class GuardSession:
             return Step(FINISH, self.position, events, "content_filter")
         discarded = self.position - start
         matcher = self.matcher
+        assert matcher is not None, "a hit comes from the matcher"
         matcher.rollback_to(start)
         banned = {hit.first_token} if hit.first_token >= 0 else set()
         if hit.term_id != UNCHECKED_CUT and self.retry_bans:
@@ -435,6 +436,7 @@ class GuardSession:
         holding the cut is treated as a hit (rolled back) rather than emitted unchecked.
         """
         matcher, text = self.matcher, self.text
+        assert matcher is not None, "only probed while guarding (see _release_limit)"
         whole = text.token_at(cut)
         tail = self._tokens[whole:]
         singles = byte_tokens(self.vocab)

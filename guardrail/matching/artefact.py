@@ -193,7 +193,7 @@ class Artefact:
             found = [index.containing(texts[node], case_sensitive) for node in nodes if texts[node]]
             yield from token_set(*found).tolist()
             return
-        children, tokens_at = self._candidate_index(stream)
+        children, tokens_at = self._candidate_index(stream, self.sweep)
         stack, seen = list(nodes), set()
         while stack:
             node = stack.pop()
@@ -214,7 +214,7 @@ class Artefact:
                 texts.setdefault(node, pattern[:i + 1].replace(BOUNDARY, ""))
         return texts
 
-    def _candidate_index(self, stream: int) -> tuple[list[list[int]], dict[int, list[int]]]:
+    def _candidate_index(self, stream: int, sweep: RootSweep) -> tuple[list[list[int]], dict[int, list[int]]]:
         index = self._candidate_indexes.get(stream)
         if index is not None:
             return index
@@ -226,7 +226,7 @@ class Artefact:
             children: list[list[int]] = [[] for _ in range(automaton.num_nodes)]
             for node in range(1, automaton.num_nodes):
                 children[automaton.fail[node]].append(node)
-            nodes = self.sweep.node[stream]
+            nodes = sweep.node[stream]
             order = np.argsort(nodes, kind="stable")
             values, first = np.unique(nodes[order], return_index=True)
             bounds = list(first[1:]) + [len(order)]

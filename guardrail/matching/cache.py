@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from guardrail.atomic_file import write_atomically
 from guardrail.matching.artefact import Artefact
@@ -164,8 +165,12 @@ class ArtefactCache:
     def _redis_get(self, key: str) -> bytes | None:
         import redis
 
+        client = self._redis
+        if client is None:
+            return None
         try:
-            return self._redis.get(self.redis_key(key))
+            # redis-py types every reply as ``ResponseT``; a client without ``decode_responses`` returns bytes.
+            return cast("bytes | None", client.get(self.redis_key(key)))
         except redis.RedisError as exc:
             log.warning("redis unavailable for artefact lookup: %s", exc)
             return None
@@ -186,10 +191,11 @@ class ArtefactCache:
 
     def _prune_disk(self, keep: Path) -> None:
         """Remove the least recently used artefact files until the layer fits ``max_disk_bytes``."""
-        if self.max_disk_bytes is None:
+        cache_dir = self.cache_dir
+        if self.max_disk_bytes is None or cache_dir is None:
             return
         files = []
-        for path in self.cache_dir.glob("*.bin"):
+        for path in cache_dir.glob("*.bin"):
             try:
                 stat = path.stat()
             except FileNotFoundError:  # another process pruned it

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
+from typing import TypeAlias
 
 import numpy as np
 
@@ -145,3 +146,9 @@ class CombinedArtefact:
                     self._pairs.append(pair)
                     self._pair_ids[pair] = state_id
         return state_id
+
+
+#: What the token matcher, the guard session and the engines step: one compiled artefact, or the stored
+#: lists' artefact combined with a request's terms. Both offer the same stepping API (``transition``,
+#: ``finish_transition``, ``completing_tokens``, ``terms``, ``always_banned``, ...).
+ArtefactLike: TypeAlias = Artefact | CombinedArtefact

@@ -14,7 +14,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from guardrail.matching.artefact import ROOT_STATE, Artefact, Transition
+from guardrail.matching.artefact import ROOT_STATE, Transition
+from guardrail.matching.combined import ArtefactLike
 
 #: A retry ban covers tokens that begin the rolled-back term at least this many characters deep
 #: (or half the term): shorter prefixes also begin innocent words ("so" for "sorry").
@@ -58,7 +59,7 @@ class TokenMatcher:
         ...     if hit: m.rollback_to(hit.start_token); break
     """
 
-    def __init__(self, artefact: Artefact):
+    def __init__(self, artefact: ArtefactLike):
         self.artefact = artefact
         self._states = [ROOT_STATE]
         streams = len(artefact.automata)
@@ -198,6 +199,8 @@ class TokenMatcher:
             token, depth = self._locate(transition, stream, start)
             if best is None or token < best[0]:
                 best = (token, depth, term_id, stream)
+        if best is None:
+            raise ValueError("_earliest_hit needs a transition with at least one hit")
         token, depth, term_id, stream = best
         spec = self.artefact.terms[term_id]
         first = self._tokens[token] if token < len(self._tokens) else token_id

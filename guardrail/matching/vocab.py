@@ -370,7 +370,8 @@ class TokenVocab:
     def to_bytes(self) -> bytes:
         """``to_arrays`` as one ``.npz`` blob (numpy's zip of ``.npy`` files; no object arrays)."""
         buffer = io.BytesIO()
-        np.savez(buffer, **self.to_arrays())
+        # numpy's stub types ``**kwds`` so that a str-keyed dict could also fill ``allow_pickle: bool``.
+        np.savez(buffer, **self.to_arrays())  # type: ignore[arg-type]
         return buffer.getvalue()
 
     @classmethod

@@ -369,6 +369,7 @@ def wordlist_from_terms(terms: Iterable[str | Term], name: str = "request") -> W
 
 def _request_term(item: object, source: str, index: int) -> Term:
     """Validate one item of :func:`wordlist_from_terms` into a :class:`Term`."""
+    text: object  # a caller's item: checked to be a str below
     if isinstance(item, Term):
         text, match, case_sensitive = item.text, item.match, bool(item.case_sensitive)
     else:

@@ -53,7 +53,7 @@ from guardrail.engines.transformers.kv_cache import has_sliding_layers
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event, Finish, TextDelta, Usage
 from guardrail.guard.session import FINISH, KEEP
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 
 log = logging.getLogger("guardrail.engines.transformers.batched")
 
@@ -119,7 +119,7 @@ class _RowCache:
 class _Row(_Generation):
     """One request's loop (:class:`_Generation`'s), yielding :class:`_Feed` where it would run the model."""
 
-    def __init__(self, decoder: StreamingDecoder, request: Request, artefact: Artefact | None):
+    def __init__(self, decoder: StreamingDecoder, request: Request, artefact: ArtefactLike | None):
         super().__init__(decoder, request.prompt_ids, artefact, request.params, request.cancel)
         self.request = request
         self.kv = None  # replaced by a _RowCache when the prefill joins the batch
@@ -210,7 +210,7 @@ class BatchedDecoder:
         self._stopping = False
 
     # -- requests ------------------------------------------------------------------------------------
-    def submit(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+    def submit(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Request:
         """Queue a generation; it joins the batch at a coming step.
 
@@ -344,7 +344,7 @@ class BatchedDecoder:
         return [(request, event)]
 
     # -- convenience -----------------------------------------------------------------------------------
-    def generate(self, jobs: Sequence[tuple[Sequence[int], Artefact | None, SamplingParams]],
+    def generate(self, jobs: Sequence[tuple[Sequence[int], ArtefactLike | None, SamplingParams]],
                  join_at: Sequence[int] | None = None) -> list[list[Event]]:
         """Run ``jobs`` (``(prompt_ids, artefact, params)``) to the end; return each one's events.
 
@@ -386,7 +386,7 @@ class BatchedDecoder:
             self._driver.join(timeout_s)
             self._driver = None
 
-    def stream(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+    def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
         """``StreamingDecoder.stream``'s contract, decoded in the shared batch (needs :meth:`start`).
 

@@ -38,7 +38,7 @@ from guardrail.engines.transformers.sampling import (
 )
 from guardrail.guard.events import Event, FinishReason
 from guardrail.guard.session import FINISH, KEEP, GuardSession
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 
 
@@ -79,7 +79,7 @@ class StreamingDecoder:
         self.eos_ids = frozenset(vocab.eos_ids | generation_eos_ids(model))
         self.vocab_size = model.config.get_text_config().vocab_size
 
-    def session(self, artefact: Artefact | None, params: SamplingParams, prompt_tokens: int = 0) -> GuardSession:
+    def session(self, artefact: ArtefactLike | None, params: SamplingParams, prompt_tokens: int = 0) -> GuardSession:
         """The guard session of one request on this decoder (its eos ids, logits width and retry policy).
 
         Raises:
@@ -90,7 +90,7 @@ class StreamingDecoder:
                             max_rollbacks_per_position=params.max_rollbacks_per_position,
                             retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens)
 
-    def stream(self, prompt_ids: Sequence[int], artefact: Artefact | None, params: SamplingParams,
+    def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate after ``prompt_ids``, yielding :class:`TextDelta` and :class:`Rollback` events and, last,
         one :class:`Finish`.
@@ -113,7 +113,7 @@ class _Generation:
     """One request on the transformers engine: KV cache, kept logits, processors and the loop; the guard
     state is the :class:`GuardSession`."""
 
-    def __init__(self, decoder: StreamingDecoder, prompt_ids: Sequence[int], artefact: Artefact | None,
+    def __init__(self, decoder: StreamingDecoder, prompt_ids: Sequence[int], artefact: ArtefactLike | None,
                  params: SamplingParams, cancel: threading.Event | None):
         self.decoder = decoder
         self.prompt = [int(t) for t in prompt_ids]

@@ -42,7 +42,7 @@ import torch
 from transformers import LogitsProcessor
 
 from guardrail.guard.session import GuardSession
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit
 from guardrail.matching.vocab import TokenVocab
 
@@ -67,7 +67,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         >>> processor.missed(out)   # per row: terms completed after the fact (the text ended on a pending word)
     """
 
-    def __init__(self, artefact: Artefact, vocab: TokenVocab, eos_ids=None):
+    def __init__(self, artefact: ArtefactLike, vocab: TokenVocab, eos_ids=None):
         if artefact.vocab.fingerprint != vocab.fingerprint:
             raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
         self.artefact = artefact

@@ -36,7 +36,7 @@ from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
-from guardrail.matching.artefact import Artefact
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "VLLMDriver", "VLLMUsage"]
@@ -154,7 +154,7 @@ class VLLMDriver:
         return cls(engine, directory, vocab)
 
     # -- the caller's side ------------------------------------------------------------------------------
-    def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = ()) -> Artefact | None:
+    def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = ()) -> ArtefactLike | None:
         """The compiled lists (``None`` without terms): bundled lists from guardrail's artefact cache, the
         extra terms compiled per call and combined with them (``ArtefactCache.get_with_request``).
 
@@ -177,7 +177,7 @@ class VLLMDriver:
         return self._cache.get_with_request(self.vocab, stored, own)
 
     def stream(self, prompt_ids: Sequence[int], *, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
-               artefact: Artefact | None = None, params: SamplingParams | None = None,
+               artefact: ArtefactLike | None = None, params: SamplingParams | None = None,
                cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate after ``prompt_ids``: :class:`TextDelta` and :class:`Rollback` events, then one :class:`Finish`
         (its ``usage`` a :class:`VLLMUsage`). The same events, hold-back and finish reasons as the embedded engine.
