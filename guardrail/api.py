@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
@@ -29,8 +30,10 @@ from guardrail.wordlists.wordlist import WordList
 __all__ = ["Completion", "FinishReason", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
 
 
-def sampling_params(params: Mapping[str, object]) -> SamplingParams:
-    """``SamplingParams(**params)``, with an unknown name reported as a ``ValueError`` naming it."""
+def sampling_params(params: Mapping[str, Any]) -> SamplingParams:
+    """``SamplingParams(**params)``, with an unknown name reported as a ``ValueError`` naming it.
+
+    Values are caller data of any type: ``SamplingParams`` checks each and raises ``ValueError`` naming it."""
     unknown = sorted(set(params) - SamplingParams.field_names())
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown}; accepted: {sorted(SamplingParams.field_names())}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 import torch
 
@@ -165,6 +166,7 @@ class _Generation:
                     del logits[old]
                 logits[position] = self.kv.forward([token])
             elif step.kind == FINISH:
+                assert step.finish_reason is not None, "a finish step carries its reason"
                 yield from self._finish(step.finish_reason)
                 return
             else:
@@ -179,14 +181,18 @@ class _Generation:
         """Final scores ``(1, vocab)`` of the current position: processors, bans, warpers."""
         position = self.session.position
         scores = self.logits[position]
-        prefix = self.input_ids[:, :len(self.prompt) + position] if self.input_ids is not None else None
+        # int64, so a LongTensor; transformers' processors are typed for that class, which slicing never returns.
+        prefix = (cast(torch.LongTensor, self.input_ids[:, :len(self.prompt) + position])
+                  if self.input_ids is not None else None)
         if self.processors:
+            assert prefix is not None, "input_ids is allocated whenever there are processors"
             scores = self.processors(prefix, scores)
         # In place is safe even on the kept raw logits: the always-banned mask is idempotent, and the bans
         # of a position only grow while its logits are valid (a rollback to an earlier position discards
         # both). The processors above never modify their input.
         self.mask.apply(scores, self.session.banned_ids())
         if self.warpers:
+            assert prefix is not None, "input_ids is allocated whenever there are warpers"
             scores = self.warpers(prefix, scores)
         return scores
 

@@ -36,7 +36,9 @@ def _layer_can_crop(layer, n: int) -> bool:
         if not layer.record_past:
             return False
         # After the crop the layer must still hold the window's worth of states before the cut.
-        held = layer.keys.shape[-2]
+        keys = layer.keys
+        assert keys is not None, "a layer holding a window's worth of states has keys"
+        held = keys.shape[-2]
         return held - n >= min(layer.sliding_window - 1, total - n)
     # Other layer kinds (linear attention, quantized, indexed) have their own crop rules: re-prefill.
     return type(layer) is DynamicLayer

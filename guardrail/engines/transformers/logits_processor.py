@@ -37,6 +37,7 @@ previous input plus one token starts new sessions).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from transformers import LogitsProcessor
@@ -125,13 +126,14 @@ class GuardLogitsProcessor(LogitsProcessor):
                     self._done[row] = True
                 self.sessions[row].advance(token)
         self._previous = input_ids.clone()
-        scores = scores.clone()
+        masked = scores.clone()
         for row, session in enumerate(self.sessions):
             if not self._done[row]:
                 ids = session.mask_ids()
                 if len(ids):
-                    scores[row, torch.from_numpy(ids)] = -math.inf
-        return scores
+                    masked[row, torch.from_numpy(ids)] = -math.inf
+        # transformers types a logits processor's scores as FloatTensor, which torch's ops never return.
+        return cast(torch.FloatTensor, masked)
 
     def _continues(self, input_ids: torch.Tensor) -> bool:
         """Whether ``input_ids`` is the previous call's input plus one token per row (else a new ``generate``)."""

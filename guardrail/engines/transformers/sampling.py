@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import TypeGuard, cast
 
 import torch
 from transformers import LogitsProcessorList
@@ -48,7 +49,7 @@ MAX_PENALTY = 2.0
 GREEDY_TEMPERATURE = 1e-5
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -57,11 +58,12 @@ def _is_number(value: object) -> bool:
 
 
 def _token_ids(name: str, values: Iterable[object]) -> tuple[int, ...]:
-    ids = tuple(values)
-    for value in ids:
+    ids: list[int] = []
+    for value in values:
         if not _is_int(value) or value < 0:
             raise ValueError(f"{name}: token ids must be non-negative ints, got {value!r}")
-    return ids
+        ids.append(value)
+    return tuple(ids)
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,9 @@ class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
         completion = input_ids[:, self.prompt_length:]
         counts = torch.stack([torch.bincount(row, minlength=vocab_size)[:vocab_size] for row in completion])
         counts = counts.to(scores.dtype)
-        return scores - self.frequency_penalty * counts - self.presence_penalty * (counts > 0).to(scores.dtype)
+        penalised = scores - self.frequency_penalty * counts - self.presence_penalty * (counts > 0).to(scores.dtype)
+        # transformers types a logits processor's scores as FloatTensor, which torch's ops never return.
+        return cast(torch.FloatTensor, penalised)
 
 
 def build_warpers(params: SamplingParams, vocab_size: int) -> LogitsProcessorList:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
+from typing import Any, cast
 
 import torch
 from transformers import WatermarkDetector, WatermarkingConfig
@@ -72,7 +73,8 @@ def _detector(vocab_size: int, bos_token_id: int | None, hashing_key: int) -> Wa
     # so calls are serialised by _detector_lock. Keyed on the only config fields the detector reads
     # (transformers configs are unhashable).
     config = SimpleNamespace(vocab_size=vocab_size, bos_token_id=bos_token_id, is_encoder_decoder=False)
-    return WatermarkDetector(config, "cpu", watermarking_config(hashing_key))
+    # The detector reads only these attributes; its stub asks for a whole PreTrainedConfig.
+    return WatermarkDetector(config, "cpu", watermarking_config(hashing_key))  # type: ignore[arg-type]
 
 
 def detect_watermark(token_ids: Sequence[int], model_config, hashing_key: int = DEFAULT_HASHING_KEY,
@@ -93,7 +95,10 @@ def detect_watermark(token_ids: Sequence[int], model_config, hashing_key: int = 
         raise ValueError(f"token_ids: need at least 2 tokens to score a watermark, got {len(ids)}")
     with _detector_lock:
         detector = _detector(model_config.get_text_config().vocab_size, model_config.bos_token_id, hashing_key)
-        out = detector(torch.tensor([ids]), z_threshold=z_threshold, return_dict=True)
+        input_ids = cast(torch.LongTensor, torch.tensor([ids]))  # int64; the stub wants the LongTensor class
+        # Typed as an array or an output whose fields are all Optional; return_dict=True gives the output,
+        # every field set.
+        out: Any = detector(input_ids, z_threshold=z_threshold, return_dict=True)
     return WatermarkVerdict(
         detected=bool(out.prediction[0]),
         z_score=float(out.z_score[0]),

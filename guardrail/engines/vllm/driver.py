@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
@@ -38,6 +39,9 @@ from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
+
+if TYPE_CHECKING:
+    from guardrail.matching.cache import ArtefactCache
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "VLLMDriver", "VLLMUsage"]
 
@@ -112,7 +116,7 @@ class VLLMDriver:
             raise ValueError("vocab: not the bytes table of the engine's tokenizer")
         self.num_logits = engine.model_config.get_vocab_size()
         self.max_model_len = engine.model_config.max_model_len
-        self._cache = None
+        self._cache: ArtefactCache | None = None
         self._ids = itertools.count()
         self._commands: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._jobs: dict[str, _Job] = {}  # live vLLM request id -> job
@@ -261,15 +265,15 @@ class VLLMDriver:
                 if not self._jobs:
                     continue
                 for output in self.engine.step():
-                    job = self._jobs.get(output.request_id)
-                    if job is None:  # the last output of an aborted submission
+                    owner = self._jobs.get(output.request_id)
+                    if owner is None:  # the last output of an aborted submission
                         continue
                     try:
-                        self._on_output(job, output)
+                        self._on_output(owner, output)
                     except Exception as exc:  # noqa: BLE001 - one request's failure must not end the others
-                        self._retire(job)
-                        job.done = True
-                        job.events.put(exc)
+                        self._retire(owner)
+                        owner.done = True
+                        owner.events.put(exc)
             for job in list(self._jobs.values()):
                 self._finish(job, "cancelled")
         except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
@@ -348,6 +352,7 @@ class VLLMDriver:
                 self._resubmit(job)
                 return
             if step.kind == FINISH:
+                assert step.finish_reason is not None, "a finish step carries its reason"
                 self._finish(job, step.finish_reason)
                 return
         if output.finished:
@@ -358,6 +363,7 @@ class VLLMDriver:
             if step.kind == ROLLBACK:
                 self._resubmit(job)
             else:
+                assert step.finish_reason is not None, "end_of_text rolls back or finishes with a reason"
                 self._finish(job, step.finish_reason)
 
     def _put(self, job: _Job, events: Sequence[Event]) -> None:
@@ -383,6 +389,7 @@ class VLLMDriver:
         events = job.session.finish(reason, forward_passes=job.steps, reprefills=max(0, job.submissions - 1),
                                     seconds=time.perf_counter() - job.started)
         *rest, last = events
+        assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
         usage = VLLMUsage(**asdict(last.usage), resubmissions=max(0, job.submissions - 1),
                           cached_tokens=job.cached_tokens, prefill_tokens=job.submitted_tokens - job.cached_tokens)
         self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids)))

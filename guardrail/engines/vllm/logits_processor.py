@@ -55,6 +55,8 @@ from guardrail.matching.vocab import TokenVocab
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
+    from guardrail.matching.cache import ArtefactCache
+
 __all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", "parse_guard_args"]
 
 #: The key of ``SamplingParams.extra_args`` this processor reads.
@@ -249,7 +251,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
         self._artefacts: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = OrderedDict()
-        self._cache = None
+        self._cache: ArtefactCache | None = None
         self._lock = threading.Lock()
 
     # -- the vLLM interface -------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ class GuardLogitsProcessor(LogitsProcessor):
 
         if self._cache is None:
             self._cache = ArtefactCache(cache_dir=cache_dir())
-        artefact, _ = self._cache.get(self._vocab, select_wordlists(args.wordlists, args.banned_terms))
+        artefact, _ = self._cache.get(self._load_vocab(), select_wordlists(args.wordlists, args.banned_terms))
         with self._lock:
             self._artefacts[key] = artefact
             while len(self._artefacts) > ARTEFACT_LIMIT:
