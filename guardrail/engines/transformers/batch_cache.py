@@ -42,6 +42,7 @@ Source: transformers 5.23 ``cache_utils.DynamicLayer`` (keys/values ``cat`` on d
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import cast
 
 import torch
 from transformers import DynamicCache
@@ -114,6 +115,21 @@ def _pad_left(tensor: torch.Tensor, columns: int) -> torch.Tensor:
     return torch.cat([tensor.new_zeros(shape), tensor], dim=-2)
 
 
+def _dynamic_layers(cache: DynamicCache) -> list[DynamicLayer]:
+    layers = cache.layers
+    if any(type(layer) is not DynamicLayer for layer in layers):
+        raise TypeError("BatchKVCache holds DynamicLayer layers only")
+    return cast("list[DynamicLayer]", layers)  # checked just above
+
+
+def _kv(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(keys, values)`` of a filled layer, each ``(rows, heads, columns, head_dim)``; transformers types
+    them Optional (``None`` before the layer's first update, which every prefilled layer has had)."""
+    keys, values = layer.keys, layer.values
+    assert keys is not None and values is not None, "a prefilled layer holds keys and values"
+    return keys, values
+
+
 class BatchKVCache:
     """The KV cache, attention mask and position ids of the running rows.
 
@@ -167,10 +183,8 @@ class BatchKVCache:
         return self.columns - first - self._lengths[row]
 
     def _layers(self) -> list[DynamicLayer]:
-        layers = self.cache.layers
-        if any(type(layer) is not DynamicLayer for layer in layers):
-            raise TypeError("BatchKVCache holds DynamicLayer layers only")
-        return layers
+        assert self.cache is not None, "only called while rows are held"
+        return _dynamic_layers(self.cache)
 
     # -- rows join and leave -------------------------------------------------------------------------
     @torch.inference_mode()
@@ -190,11 +204,12 @@ class BatchKVCache:
             self.mask = torch.ones((1, length), dtype=torch.bool)
         else:
             columns = max(self.columns, length)
-            for layer, new in zip(self._layers(), prefill.cache.layers, strict=True):
-                layer.keys = torch.cat([_pad_left(layer.keys, columns - self.columns),
-                                        _pad_left(new.keys, columns - length)], dim=0)
-                layer.values = torch.cat([_pad_left(layer.values, columns - self.columns),
-                                          _pad_left(new.values, columns - length)], dim=0)
+            for layer, new in zip(self._layers(), _dynamic_layers(prefill.cache), strict=True):
+                (keys, values), (new_keys, new_values) = _kv(layer), _kv(new)
+                layer.keys = torch.cat([_pad_left(keys, columns - self.columns),
+                                        _pad_left(new_keys, columns - length)], dim=0)
+                layer.values = torch.cat([_pad_left(values, columns - self.columns),
+                                          _pad_left(new_values, columns - length)], dim=0)
             row = torch.zeros((1, columns), dtype=torch.bool)
             row[0, columns - length:] = True
             old = torch.cat([torch.zeros((len(self.keys), columns - self.columns), dtype=torch.bool), self.mask], 1)
@@ -218,8 +233,9 @@ class BatchKVCache:
             return
         keep = torch.tensor([r for r in range(len(self.keys) + 1) if r != row], dtype=torch.long)
         for layer in self._layers():
-            layer.keys = layer.keys.index_select(0, keep)
-            layer.values = layer.values.index_select(0, keep)
+            keys, values = _kv(layer)
+            layer.keys = keys.index_select(0, keep)
+            layer.values = values.index_select(0, keep)
         self.mask = self.mask.index_select(0, keep)
         self._trim()
 
@@ -230,8 +246,9 @@ class BatchKVCache:
         if first == 0:
             return
         for layer in self._layers():
-            layer.keys = layer.keys[:, :, first:, :]
-            layer.values = layer.values[:, :, first:, :]
+            keys, values = _kv(layer)
+            layer.keys = keys[:, :, first:, :]
+            layer.values = values[:, :, first:, :]
         self.mask = self.mask[:, first:]
 
     # -- rollback ------------------------------------------------------------------------------------
@@ -264,8 +281,9 @@ class BatchKVCache:
         live = self.mask[row].nonzero().squeeze(1)
         count = len(live)
         for layer in self._layers():
-            layer.keys[row, :, self.columns - count:, :] = layer.keys[row].index_select(1, live)
-            layer.values[row, :, self.columns - count:, :] = layer.values[row].index_select(1, live)
+            keys, values = _kv(layer)
+            keys[row, :, self.columns - count:, :] = keys[row].index_select(1, live)
+            values[row, :, self.columns - count:, :] = values[row].index_select(1, live)
         self.mask[row] = False
         self.mask[row, self.columns - count:] = True
         self.compactions += 1
