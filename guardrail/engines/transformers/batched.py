@@ -121,8 +121,7 @@ class _Row(_Generation):
 
     def __init__(self, decoder: StreamingDecoder, request: Request, artefact: ArtefactLike | None):
         super().__init__(decoder, request.prompt_ids, artefact, request.params, request.cancel)
-        self.request = request
-        self.kv = None  # replaced by a _RowCache when the prefill joins the batch
+        self.request = request  # self.kv: _Generation's empty KVCache until start() puts a _RowCache there
         self.feed: _Feed | None = None  # the token this row feeds in the step's forward pass
         self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (1, vocab)
         self.steps: Iterator[Event | _Feed] | None = None
@@ -135,9 +134,11 @@ class _Row(_Generation):
     def _steps(self) -> Iterator[Event | _Feed]:
         """``_Generation.run`` after the prefill; ``yield _Feed(token)`` receives the next logits."""
         session, params, logits = self.session, self.params, self.logits
-        started = self.started = self.request.started_at
+        started = self.request.started_at
+        assert started is not None, "the batcher stamps started_at before the row's first step"
+        self.started = started
         while True:
-            if self.cancel.is_set():
+            if self.request.cancel.is_set():
                 yield from self._finish("cancelled")
                 return
             if time.perf_counter() - started > params.timeout_s:
@@ -158,6 +159,7 @@ class _Row(_Generation):
                     del logits[old]
                 logits[position] = yield _Feed(token)
             elif step.kind == FINISH:
+                assert step.finish_reason is not None, "a finish step carries its reason"
                 yield from self._finish(step.finish_reason)
                 return
             else:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 
@@ -110,6 +110,19 @@ class StreamingDecoder:
         return _Generation(self, prompt_ids, artefact, params, cancel).run()
 
 
+class _LoopKV(Protocol):
+    """What :class:`_Generation`'s rollback and finish read of its KV cache: a :class:`KVCache`, or a
+    batched row's slice of a :class:`~guardrail.engines.transformers.batch_cache.BatchKVCache`."""
+
+    length: int  # tokens held (prompt + completion)
+    forward_passes: int
+    reprefills: int
+
+    def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool: ...
+
+    def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor: ...
+
+
 class _Generation:
     """One request on the transformers engine: KV cache, kept logits, processors and the loop; the guard
     state is the :class:`GuardSession`."""
@@ -132,7 +145,7 @@ class _Generation:
         self.warpers = build_warpers(params, decoder.vocab_size)
         self.picker = TokenPicker(params)
         self.mask = BanMask()
-        self.kv = KVCache(decoder.model, decoder.record_past)
+        self.kv: _LoopKV = KVCache(decoder.model, decoder.record_past)
         self.input_ids = None
         if self.processors or self.warpers:
             # Processors read the prefix as (1, seq_len) int64: one buffer, written once per kept token.
@@ -143,7 +156,9 @@ class _Generation:
     def run(self) -> Iterator[Event]:
         session, params, logits = self.session, self.params, self.logits
         started = self.started = time.perf_counter()
-        logits[0] = self.kv.forward(self.prompt)
+        kv = self.kv
+        assert isinstance(kv, KVCache), "the single-stream loop runs on its own KVCache"
+        logits[0] = kv.forward(self.prompt)
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 yield from self._finish("cancelled")
@@ -164,7 +179,7 @@ class _Generation:
                 frontier = session.frontier
                 for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
                     del logits[old]
-                logits[position] = self.kv.forward([token])
+                logits[position] = kv.forward([token])
             elif step.kind == FINISH:
                 assert step.finish_reason is not None, "a finish step carries its reason"
                 yield from self._finish(step.finish_reason)
