@@ -37,8 +37,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -124,14 +125,15 @@ class _Row(_Generation):
         self.request = request  # self.kv: _Generation's empty KVCache until start() puts a _RowCache there
         self.feed: _Feed | None = None  # the token this row feeds in the step's forward pass
         self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (1, vocab)
-        self.steps: Iterator[Event | _Feed] | None = None
+        self.steps: Generator[Event | _Feed, torch.Tensor, None] | None = None
 
     def start(self, cache: BatchKVCache, prefill: RowPrefill) -> None:
         self.kv = _RowCache(cache, self, prefill.forward_passes, len(self.prompt))
+        assert prefill.logits is not None, "the prefill is done"
         self.logits[0] = prefill.logits
         self.steps = self._steps()
 
-    def _steps(self) -> Iterator[Event | _Feed]:
+    def _steps(self) -> Generator[Event | _Feed, torch.Tensor, None]:
         """``_Generation.run`` after the prefill; ``yield _Feed(token)`` receives the next logits."""
         session, params, logits = self.session, self.params, self.logits
         started = self.request.started_at
@@ -222,7 +224,7 @@ class BatchedDecoder:
         """
         request = Request(prompt_ids, params, cancel)
         if self.batched:
-            item = _Row(self.decoder, request, artefact)
+            item: _Row | tuple[Request, Iterator[Event]] = _Row(self.decoder, request, artefact)
         else:
             stream = self.decoder.stream(request.prompt_ids, artefact, params, request.cancel)
             item = (request, stream)
@@ -256,6 +258,8 @@ class BatchedDecoder:
         """
         if not self.batched:
             return self._step_single()
+        cache = self.cache
+        assert cache is not None, "a batched decoder holds a BatchKVCache"
         events: list[tuple[Request, Event]] = []
         self._admit(events)
         self._prefill()
@@ -265,16 +269,17 @@ class BatchedDecoder:
                 feeding.append(row)
             else:
                 self._running.remove(row)
-                self.cache.leave(row)
+                cache.leave(row)
         if feeding:
-            order = {row: i for i, row in enumerate(feeding)}
-            tokens = [feeding[order[row]].feed.token for row in self.cache.keys]  # every cached row feeds
-            logits = self.cache.forward(tokens)
+            fed = {row: row.feed.token for row in feeding if row.feed is not None}
+            rows = cast("list[_Row]", cache.keys)  # this batcher keys its cache by its rows
+            tokens = [fed[row] for row in rows]  # every cached row feeds
+            logits = cache.forward(tokens)
             self.forward_passes += 1
             self.batch_sizes.append(len(tokens))
             if self.on_step is not None:
                 self.on_step(len(tokens))
-            for index, row in enumerate(self.cache.keys):
+            for index, row in enumerate(rows):
                 row.kv.forward_passes += 1
                 row.kv.length += 1
                 row.next_logits = logits[index:index + 1].clone()  # own storage: kept logits outlive the step
@@ -286,6 +291,7 @@ class BatchedDecoder:
                 if not self._waiting:
                     return
                 row = self._waiting.popleft()
+            assert isinstance(row, _Row), "a batched decoder queues rows"
             request = row.request
             if request.cancel.is_set():  # left while waiting: no model work
                 events.append((request, self._cancelled_before_start(row)))
@@ -295,6 +301,8 @@ class BatchedDecoder:
 
     def _prefill(self) -> None:
         """Spend up to ``prefill_chunk`` prompt tokens on waiting prefills; join those that finish."""
+        cache = self.cache
+        assert cache is not None, "a batched decoder holds a BatchKVCache"
         budget = self.prefill_chunk
         while self._prefilling and budget > 0:
             row, prefill = self._prefilling[0]
@@ -302,23 +310,25 @@ class BatchedDecoder:
             budget -= min(prefill.chunk, len(prefill.token_ids) - prefill.fed)
             if prefill.advance():
                 self._prefilling.pop(0)
-                self.cache.join(row, prefill)
-                row.start(self.cache, prefill)
+                cache.join(row, prefill)
+                row.start(cache, prefill)
                 self._running.append(row)
 
     def _advance(self, row: _Row, events: list[tuple[Request, Event]]) -> bool:
         """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
         request = row.request
         sent, row.next_logits, row.feed = row.next_logits, None, None
+        steps = row.steps
+        assert steps is not None, "set by start()"
         try:
-            item = row.steps.send(sent) if sent is not None else next(row.steps)
+            item = steps.send(sent) if sent is not None else next(steps)
             while not isinstance(item, _Feed):
                 events.append((request, item))
                 if isinstance(item, Finish):
                     request.finished = True
                 elif request.first_token_at is None and isinstance(item, TextDelta):
                     request.first_token_at = time.perf_counter()
-                item = next(row.steps)
+                item = next(steps)
         except StopIteration:
             return False
         row.feed = item
@@ -334,8 +344,10 @@ class BatchedDecoder:
             with self._lock:
                 if not self._waiting:
                     return []
-                self._single = self._waiting.popleft()
-            self._single[0].started_at = time.perf_counter()
+                single = self._waiting.popleft()
+                assert not isinstance(single, _Row), "the batch-1 fallback queues streams"
+                self._single = single
+            single[0].started_at = time.perf_counter()
         request, stream = self._single
         event = next(stream)
         if isinstance(event, Finish):
@@ -355,17 +367,17 @@ class BatchedDecoder:
         """
         join_at = list(join_at) if join_at is not None else [0] * len(jobs)
         out: dict[int, list[Event]] = {}
-        requests: list[Request | None] = [None] * len(jobs)
+        requests: dict[int, Request] = {}  # job index -> its request
         step = 0
         while step <= max(join_at, default=0) or not self.idle:
             for index, at in enumerate(join_at):
                 if at == step:
-                    requests[index] = self.submit(*jobs[index])
-                    out[requests[index].id] = []
+                    request = requests[index] = self.submit(*jobs[index])
+                    out[request.id] = []
             for request, event in self.step():
                 out[request.id].append(event)
             step += 1
-        return [out[request.id] for request in requests]
+        return [out[requests[index].id] for index in range(len(jobs))]
 
     # -- driven by its own thread ----------------------------------------------------------------------
     def start(self) -> None:
@@ -444,7 +456,7 @@ class BatchedDecoder:
             self._waiting.clear()
             outboxes = [self._outboxes.pop(r.id, None) for r in requests]
         self._running, self._prefilling, self._single = [], [], None
-        if self.batched:
+        if self.cache is not None:  # batched
             self.cache = BatchKVCache(self.decoder.model, self.cache.compact_at)
         for outbox in outboxes:
             if outbox is not None:
