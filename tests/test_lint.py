@@ -1,4 +1,4 @@
-"""Static checks run with the tests: ruff over the whole tree, and the core's layering rule."""
+"""Static checks run with the tests: ruff over the whole tree, mypy over the core, and the core's layering rule."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_finds_nothing():
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "guardrail", "service", "bench", "tests"],
                             cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_passes_on_the_core():
+    # Files and options come from [tool.mypy] in pyproject.toml (files = ["guardrail"]).
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
