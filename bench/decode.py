@@ -18,8 +18,16 @@ shared and noisy, so ratios are what to compare):
   back to), re-prefills, glued evasions (a target of 4+ characters hidden in a longer run: "thankyou").
 * ``leak_suite_without_retry_bans``: the same suite banning only the term's first token after a rollback,
   the baseline for ``retry_bans_passes_per_hit_ratio`` (what the retry policy saves).
+* ``evasion``: the evasion guard on the leak suite, greedy and at temperature 1.0 over seeds 0-2, each run
+  with the guard ``off``, ``substring`` and ``edit``: leaks (must be 0), visible evasions by kind (the glued,
+  underscore-joined and one-edit forms of a banned term after the generation's first rollback, found by
+  :func:`guardrail.matching.evasion_forms.find_evasions`), prompts with one, ``content_filter`` stops,
+  forward passes per hit, escalations, evasions caught, and output length with vs without the guard.
+  Floors (each mode): per run, at most 1 prompt in 29 with a visible evasion and at most 2 ``content_filter``
+  stops.
 
-Usage: python bench/decode.py [--tokens 32] [--reps 2] [--gemma]
+Usage: python bench/decode.py [--tokens 32] [--reps 2] [--gemma] [--evasion-tokens 32] [--evasion-seeds 0,1,2]
+                              [--only evasion]
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,9 +51,11 @@ import torch  # noqa: E402
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
 from guardrail.engines.transformers.kv_cache import KVCache  # noqa: E402
 from guardrail.engines.transformers.sampling import BanMask, SamplingParams  # noqa: E402
-from guardrail.guard.events import Finish, Rollback  # noqa: E402
+from guardrail.guard.events import Finish, Rollback, TextDelta  # noqa: E402
 from guardrail.guard.session import KEEP  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
+from guardrail.matching.evasion_forms import find_evasions  # noqa: E402
+from guardrail.matching.term_spec import flatten  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
@@ -280,13 +291,142 @@ def bench_leaks(decoder, tokenizer, max_tokens):
     }
 
 
+# -- evasion guard -------------------------------------------------------------------------------------
+
+#: The sampled runs of the evasion rows (temperature 1.0); greedy runs too.
+EVASION_SEEDS = (0, 1, 2)
+#: The evasion guard's modes compared ("off" first: the baseline).
+EVASION_MODES = ("off", "substring", "edit")
+
+
+def _empty_row():
+    return {"leaks": 0, "visible_evasions": 0, "prompts_with_visible_evasions": 0,
+            "by_kind": {"glued": 0, "underscore": 0, "edit": 0}, "content_filter": 0, "hits": 0,
+            "forward_passes_spent_on_hits": 0, "escalations": 0, "evasions_caught": 0, "completion_tokens": 0,
+            "chars": 0, "examples": []}
+
+
+def _count(row, events, matcher, vocab, specs):
+    """Add one generation's counters to ``row``."""
+    finish: Finish = events[-1]
+    streamed = ""
+    for event in events[:-1]:
+        if isinstance(event, TextDelta):
+            streamed += event.text
+            row["leaks"] += bool(matcher.scan(streamed))
+    row["leaks"] += bool(matcher.scan(finish.text))
+    rollbacks = [e for e in events if isinstance(e, Rollback)]
+    row["hits"] += len(rollbacks)
+    row["forward_passes_spent_on_hits"] += sum(r.tokens_discarded for r in rollbacks)
+    row["escalations"] += sum(r.escalated for r in rollbacks)
+    row["evasions_caught"] += sum(r.evasion for r in rollbacks)
+    row["content_filter"] += finish.reason == "content_filter"
+    row["completion_tokens"] += finish.usage.completion_tokens
+    row["chars"] += len(finish.text)
+    forms = visible_evasions(finish, rollbacks, vocab, specs)
+    row["visible_evasions"] += len(forms)
+    row["prompts_with_visible_evasions"] += bool(forms)
+    for form in forms:
+        row["by_kind"][form.kind] += 1
+        row["examples"].append(f"{form.kind}: {form.text} [{form.term}]")
+
+
+def visible_evasions(finish, rollbacks, vocab, specs):
+    """The evasion forms in the answer after its first rollback (text before it was never refused anything).
+
+    The first rollback position ``p`` bounds every later rollback, so the first ``p`` kept tokens never change
+    after it: their decoded length is where the text the decoder was refused in begins."""
+    if not rollbacks:
+        return []
+    first = min(r.position for r in rollbacks)
+    offset = len(b"".join(vocab.token_bytes[t] for t in finish.token_ids[:first]).decode("utf-8", "replace"))
+    # One per place in the text: "SOORY" is a form of each of the suite's "sorry", "Sorry" and "SORRY".
+    forms = {(f.start, f.end): f for f in find_evasions(finish.text, specs) if f.end > offset}
+    return list(forms.values())
+
+
+def bench_evasions(decoder, tokenizer, max_tokens, seeds=EVASION_SEEDS):
+    """The leak suite (every target banned at once) with the evasion guard off and on, greedy and at
+    temperature 1.0 for each of ``seeds`` (see the module docstring).
+
+    A generation with no rollback with the guard off is the same with it on (nothing escalates before a
+    rollback, and the picks are the same: ``tests/test_decoder_evasion.py`` checks it), so it is decoded once
+    and counted for both modes."""
+    cases = json.loads((ROOT / "tests" / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+    lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
+    specs, _ = flatten(lists)
+    artefact = compile_artefact(decoder.vocab, lists)
+    matcher = TextMatcher(lists)
+    chats = [prompt_ids(tokenizer, messages=[{"role": "user", "content": c["prompt"]}]) for c in cases]
+    out = {"prompts": len(cases), "max_tokens": max_tokens}
+    names = []
+    for seed in (None, *seeds):
+        name = "greedy" if seed is None else f"seed{seed}"
+        names.append(name)
+        rows = {mode: _empty_row() for mode in EVASION_MODES}
+        started = time.perf_counter()
+        for ids in chats:
+            base = SamplingParams(temperature=0 if seed is None else 1.0, seed=seed, max_tokens=max_tokens)
+            off = list(decoder.stream(ids, artefact, replace(base, evasion_guard="off")))
+            hit = any(isinstance(e, Rollback) for e in off)
+            _count(rows["off"], off, matcher, decoder.vocab, specs)
+            for mode in EVASION_MODES[1:]:
+                on = list(decoder.stream(ids, artefact, replace(base, evasion_guard=mode))) if hit else off
+                _count(rows[mode], on, matcher, decoder.vocab, specs)
+        for row in rows.values():
+            row["forward_passes_per_hit"] = round(row["forward_passes_spent_on_hits"] / max(row["hits"], 1), 3)
+        out[name] = {
+            **rows,
+            **{f"{mode}_over_off": {key: round(rows[mode][key] / max(rows["off"][key], 1), 3)
+                                    for key in ("completion_tokens", "chars")} for mode in EVASION_MODES[1:]},
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+    per_29 = -(-len(cases) // 29)  # the floors are per 29 prompts: 1 block of 29 for the 28-prompt suite
+    out["floors"] = {"leaks==0": all(out[name][mode]["leaks"] == 0 for name in names for mode in EVASION_MODES)}
+    for mode in EVASION_MODES[1:]:
+        runs = [out[name][mode] for name in names]
+        out["floors"][f"{mode}_visible_evasions<=1_per_29_prompts"] = all(
+            r["prompts_with_visible_evasions"] <= per_29 for r in runs)
+        out["floors"][f"{mode}_content_filter<=2_per_29_prompts"] = all(r["content_filter"] <= 2 * per_29 for r in runs)
+    out["evasion_cases"] = bench_evasion_cases(decoder, tokenizer)
+    return out
+
+
+def bench_evasion_cases(decoder, tokenizer):
+    """``tests/data/evasion_prompts.json`` (each prompt with its own term banned): the forms with the guard
+    off and on."""
+    cases = json.loads((ROOT / "tests" / "data" / "evasion_prompts.json").read_text(encoding="utf-8"))
+    out = []
+    for case in cases:
+        lists = [wordlist_from_terms([case["term"]], name="targets")]
+        specs, _ = flatten(lists)
+        artefact = compile_artefact(decoder.vocab, lists)
+        ids = prompt_ids(tokenizer, messages=[{"role": "user", "content": case["prompt"]}])
+        row = {"kind": case["kind"], "term": case["term"], "seed": case["seed"]}
+        for mode in EVASION_MODES:
+            params = SamplingParams(temperature=0 if case["seed"] is None else 1.0, seed=case["seed"],
+                                    max_tokens=case["max_tokens"], evasion_guard=mode)
+            events = list(decoder.stream(ids, artefact, params))
+            rollbacks = [e for e in events if isinstance(e, Rollback)]
+            forms = visible_evasions(events[-1], rollbacks, decoder.vocab, specs)
+            row[mode] = {"forms": [f"{f.kind}: {f.text}" for f in forms], "finish_reason": events[-1].reason,
+                         "text": events[-1].text[:100]}
+        out.append(row)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=32, help="tokens per no-hit generation")
     parser.add_argument("--reps", type=int, default=2, help="repetitions of the no-hit prompts")
     parser.add_argument("--leak-tokens", type=int, default=32, help="max_tokens of the leak-suite generations")
     parser.add_argument("--gemma", action="store_true", help="also time rollback on Gemma 3 (sliding window)")
+    parser.add_argument("--evasion-tokens", type=int, default=32, help="max_tokens of the evasion-guard runs")
+    parser.add_argument("--evasion-seeds", default=",".join(map(str, EVASION_SEEDS)),
+                        help="seeds of the sampled evasion-guard runs (comma-separated; greedy always runs)")
+    parser.add_argument("--only", choices=("evasion",), default=None, help="run only these rows")
     args = parser.parse_args()
+    seeds = tuple(int(seed) for seed in args.evasion_seeds.split(",") if seed.strip())
 
     tokenizer = load_tokenizer("smollm2")
     model = load_model("smollm2")
@@ -295,6 +435,10 @@ def main() -> None:
     artefact = compile_artefact(vocab, [bundled_wordlist("en")])
     chats = [prompt_ids(tokenizer, messages=[{"role": "user", "content": p}]) for p in NO_HIT_PROMPTS]
     run(decoder, chats[0], artefact, SamplingParams(temperature=0, max_tokens=4))  # warm-up
+    if args.only == "evasion":
+        evasion = bench_evasions(decoder, tokenizer, args.evasion_tokens, seeds)
+        print(json.dumps({"model": "smollm2", "evasion": evasion}, ensure_ascii=False))
+        return
 
     overhead, replays = bench_overhead(model, decoder, artefact, chats, args.tokens, args.reps)
     result = {
@@ -311,6 +455,7 @@ def main() -> None:
     result["retry_bans_passes_per_hit_ratio"] = round(
         result["leak_suite"]["forward_passes_spent_on_hits"]
         / max(result["leak_suite_without_retry_bans"]["forward_passes_spent_on_hits"], 1), 3)
+    result["evasion"] = bench_evasions(decoder, tokenizer, args.evasion_tokens, seeds)
     if args.gemma:
         gemma = load_model("gemma3")
         result["rollback"]["gemma3_past_recording"] = bench_rollback(gemma, load_tokenizer("gemma3"))
@@ -321,6 +466,7 @@ def main() -> None:
         "crop_2048<=2x_crop_128": rollback["crop_2048_over_crop_128"] <= 2,
         "reprefill_2048>=10x_crop_2048": rollback["reprefill_2048_over_crop_2048"] >= 10,
         "no_leaks": result["leak_suite"]["leaks"] == 0,
+        **{f"evasion_{name}": ok for name, ok in result["evasion"]["floors"].items()},
     }
     print(json.dumps(result, ensure_ascii=False))
 

@@ -11,6 +11,10 @@ and not counted against a request; its cost is reported (``index_build_seconds``
 Also per vocab, the mask primitive (``Artefact.completing_tokens``) on new states reached by random
 glued term fragments, memo cold: ``mask_ms_per_new_state`` (median, p90, max), and a memo hit.
 
+Regex terms: ``regex_added_first_token_ms`` is the same paired difference with 4 fresh regex terms per
+request (``re:<term>[0o]{1,2}<n>``: never seen, so no automaton LRU hit), and ``regex_mask`` the mask
+primitive on new states of ``en`` plus regex variants of 20 of its terms.
+
 ``--service``: the same comparison through the real service on SmolLM2 (its own process, embedded store,
 default list ``en``): non-streaming chat completions with ``max_tokens=1``, with 10 fresh
 ``banned_terms`` or none, alternating; median of the paired differences.
@@ -25,6 +29,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -54,6 +59,11 @@ def fresh_terms(rng: random.Random, pool: list[str]) -> list[str]:
     return [f"{rng.choice(pool)}{rng.randrange(10**6)}" for _ in range(TERMS_PER_REQUEST)]
 
 
+def fresh_regexes(rng: random.Random, pool: list[str]) -> list[str]:
+    """4 regex terms never seen before in this process (a spelling-variant class in each)."""
+    return [f"re:{re.escape(rng.choice(pool)[:8])}[0o]{{1,2}}{rng.randrange(10**6)}" for _ in range(4)]
+
+
 def term_pool() -> list[str]:
     return [t.text for name in bundled_names() if name != "en" for t in bundled_wordlist(name).terms
             if t.text.strip()]
@@ -74,7 +84,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def mask_costs(vocab: TokenVocab, tokenizer, stored, rng: random.Random, states: int) -> dict:
-    """Cost of completing_tokens on new states (memo cold), and on a memo hit."""
+    """Cost of completing_tokens on new states (memo cold), and on a memo hit (fragments of ``stored[0]``)."""
     base = compile_artefact(vocab, stored)
     artefact = Artefact(vocab, base.terms, base.allows, sweep=base.sweep)  # cold memo, no recompile
     texts = [t.text for t in stored[0].terms]
@@ -138,6 +148,12 @@ def bench_vocab(model: str, pairs: int, rng: random.Random, pool: list[str]) -> 
             none.append(a)
             terms.append(b)
             added.append(b - a)
+        regex_added = []
+        for _ in range(pairs):
+            request = [wordlist_from_terms(fresh_regexes(rng, pool))]
+            a = first_token_work(cache, vocab, stored, [], first_token)
+            b = first_token_work(cache, vocab, stored, request, first_token)
+            regex_added.append(b - a)
         files = list(Path(workdir, "artefacts").glob("*.bin"))
         request = [wordlist_from_terms(fresh_terms(rng, pool))]
         started = time.perf_counter()
@@ -157,7 +173,12 @@ def bench_vocab(model: str, pairs: int, rng: random.Random, pool: list[str]) -> 
         "artefact_files_written": len(files),  # request terms never reach the disk: stays 1 (the stored list)
         "step_memo_hit_us": {"stored": step_cost(vocab, tokenizer, cache.get(vocab, stored)[0]),
                              "combined": step_cost(vocab, tokenizer, combined)},
+        "regex_added_first_token_ms": round(statistics.median(regex_added) * 1e3, 3),
+        "regex_added_first_token_ms_p90": round(percentile(regex_added, 90) * 1e3, 3),
         **mask_costs(vocab, tokenizer, stored, rng, 40),
+        "regex_mask": mask_costs(vocab, tokenizer, [bundled_wordlist("en"), wordlist_from_terms(
+            [f"re:{re.escape(t.text[0])}.{re.escape(t.text[2:])}" for t in bundled_wordlist("en").terms[:20]
+             if len(t.text) > 3])], rng, 20),
     }
 
 

@@ -154,8 +154,8 @@ class Guard:
             messages: a chat (``[{"role": "user", "content": "…"}]``) for models with a chat template.
             cancel: set it to stop early (``finish_reason="cancelled"``).
             **params: :class:`~guardrail.engines.transformers.sampling.SamplingParams` fields (``max_tokens``,
-                ``temperature``,
-                ``top_p``, ``seed``, ``stop``, ``logit_bias``, ``watermark``…).
+                ``temperature``, ``top_p``, ``seed``, ``stop``, ``logit_bias``, ``watermark``, ``max_rollbacks``,
+                ``evasion_guard`` (``"substring"``, the default, ``"edit"`` or ``"off"``)…).
 
         Raises:
             ValueError: bad prompt/messages or parameter (named), before anything is generated.

@@ -71,22 +71,31 @@ class UsageTotal:
     rollbacks: int = 0
     forward_passes: int = 0
     reprefills: int = 0
+    cached_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
     def add(self, usage: Usage) -> None:
         self.prompt_tokens = usage.prompt_tokens
+        self.cached_tokens = max(self.cached_tokens, usage.cached_tokens)  # of the one prompt
         self.completion_tokens += usage.completion_tokens
         self.rollbacks += usage.rollbacks
         self.forward_passes += usage.forward_passes
         self.reprefills += usage.reprefills
+        self.draft_tokens += usage.draft_tokens
+        self.accepted_draft_tokens += usage.accepted_draft_tokens
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
             "rollbacks": self.rollbacks,
             "forward_passes": self.forward_passes,
             "reprefills": self.reprefills,
+            "draft_tokens": self.draft_tokens,
+            "accepted_draft_tokens": self.accepted_draft_tokens,
         }
 
 
@@ -101,9 +110,9 @@ class ResponseShape(Protocol):
 
     def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]: ...
 
-    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, int]) -> dict[str, Any]: ...
+    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]: ...
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]: ...
+    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -213,6 +222,8 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         "max_rollbacks": min(settings.max_rollbacks, body.max_rollbacks if body.max_rollbacks is not None
                              else settings.max_rollbacks),
         "max_rollbacks_per_position": settings.max_rollbacks_per_position,
+        "evasion_guard": body.evasion_guard if body.evasion_guard is not None else settings.evasion_guard,
+        "speculative": body.speculative,
         "timeout_s": settings.request_timeout_s,
     }
     if body.stop_token_ids:

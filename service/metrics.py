@@ -85,6 +85,22 @@ class ServiceMetrics:
         self.prompt_tokens = Counter(
             "guardrail_prompt_tokens", "Prompt tokens prefilled (once per choice).", registry=r
         )
+        self.prompt_cached_tokens = Counter(
+            "guardrail_prompt_cached_tokens",
+            "Prompt tokens served from the prefix cache instead of prefilled "
+            "(a subset of guardrail_prompt_tokens_total).",
+            registry=r,
+        )
+        self.draft_tokens = Counter(
+            "guardrail_draft_tokens", "Tokens drafted and verified in a forward pass (speculative decoding).",
+            registry=r,
+        )
+        self.accepted_draft_tokens = Counter(
+            "guardrail_accepted_draft_tokens",
+            "Drafted tokens accepted (kept without a forward pass of their own; a subset of "
+            "guardrail_draft_tokens_total).",
+            registry=r,
+        )
         self.batch_size = Histogram(
             "guardrail_batch_size",
             "Rows in each batched forward pass (continuous batching; one observation per decode step).",
@@ -99,6 +115,18 @@ class ServiceMetrics:
         )
         self.rollbacks = Counter(
             "guardrail_rollbacks", "Rollbacks caused by a banned term of the word list.", ["list"], registry=r
+        )
+        self.escalations = Counter(
+            "guardrail_escalations",
+            "Terms of the word list escalated by the evasion guard (matched as a substring after a rollback).",
+            ["list"],
+            registry=r,
+        )
+        self.evasion_rollbacks = Counter(
+            "guardrail_evasion_rollbacks",
+            "Rollbacks caused by an escalated term's glued or _-joined form (a subset of guardrail_rollbacks_total).",
+            ["list"],
+            registry=r,
         )
         self.reprefills = Counter(
             "guardrail_reprefills",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_from_terms
+from guardrail.matching.regex_automaton import MAX_REQUEST_REGEX_DFA_STATES, check_regex_terms
+from guardrail.wordlists.wordlist import Term, WordList, WordListError, wordlist_from_terms
 from service.catalog import UnknownWordList
 from service.errors import ApiError
 from service.runtime import REQUEST_LIST, Runtime
@@ -30,7 +31,8 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
     """The request's own terms as a list named ``request`` (None without terms).
 
     Raises:
-        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS``; 400 naming the bad term (``banned_terms.3``).
+        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS``; 400 naming the bad term (``banned_terms.3``),
+            regex terms whose automaton is over the request limit included.
     """
     if not terms:
         return None
@@ -38,9 +40,32 @@ def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "bann
     if len(terms) > limit:
         raise ApiError(413, f"{len(terms)} request terms exceed the limit of {limit} (GUARDRAIL_MAX_REQUEST_TERMS)",
                        param=param, code="too_many_terms")
+    items = to_terms(list(terms))
     try:
-        return wordlist_from_terms(to_terms(list(terms)), name=REQUEST_LIST)
+        wordlist = wordlist_from_terms(items, name=REQUEST_LIST)
     except WordListError as exc:
+        raise invalid_term(exc, param) from None
+    check_compiles(wordlist, items, param, MAX_REQUEST_REGEX_DFA_STATES)
+    return wordlist
+
+
+def check_compiles(wordlist: WordList, items: Sequence[str | Term], param: str, max_states: int) -> None:
+    """Check that the regex terms of ``wordlist`` (built from ``items``) compile within ``max_states``
+    automaton nodes, which parsing alone cannot tell (docs/matching.md, "Regex terms").
+
+    Raises:
+        ApiError: 400 naming ``param.<index>`` (the index in ``items``), the term and the reason; ``param``
+            alone when only the regex terms together are too large.
+    """
+    if not any(term.regex for term in wordlist.terms):
+        return
+    try:
+        check_regex_terms(wordlist, max_states)
+    except WordListError as exc:
+        if exc.line is not None:  # a line of the deduplicated list: find the request item it came from
+            term = wordlist.terms[exc.line - 1]
+            index = next(i for i, item in enumerate(items, start=1) if wordlist_from_terms([item]).terms[0] == term)
+            exc = WordListError(exc.reason, exc.source, index)
         raise invalid_term(exc, param) from None
 
 

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
+from guardrail.engines.drafting import SpeculativeConfig
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
+from guardrail.matching.charset import word_chars
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
@@ -84,7 +86,8 @@ class Runtime:
         self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
         self.vocab_size = len(self.vocab.token_bytes)
         self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
-        self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab)
+        self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab,
+                                        speculative=SpeculativeConfig(num_tokens=settings.speculative_tokens))
         self.driver = None  # the vLLM engine (GUARDRAIL_ENGINE=vllm); guarded with the same vocab and artefacts
         if settings.engine == "vllm":
             from guardrail.engines.vllm.driver import VLLMDriver
@@ -106,7 +109,8 @@ class Runtime:
         # Continuous batching: one worker thread per batch row, each blocked on its own row's event stream.
         # On vLLM the engine batches by itself; the embedded batch loop is not started.
         self.batched = None if self.driver is not None else BatchedDecoder(
-            self.decoder, max_batch=settings.max_batch, on_step=metrics.batch_size.observe)
+            self.decoder, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
+            prefix_cache_bytes=settings.prefix_cache_mb * 2**20, on_step=metrics.batch_size.observe)
         threads = max(settings.max_concurrent, settings.max_batch)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()
@@ -159,6 +163,7 @@ class Runtime:
             lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
             self.artefacts.get(self.vocab, lists)
             TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
+            word_chars()  # and regex terms against the \w \d \s tables (~0.3 s once)
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 

@@ -15,7 +15,9 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
 from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY
+from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard
 from guardrail.models import cache_dir
 from guardrail.wordlists.wordlist import MAX_TERMS
 
@@ -78,6 +80,13 @@ class Settings(BaseSettings):
     max_concurrent: int = Field(1, ge=1, description="Generations run at once (one model instance).")
     max_batch: int = Field(8, ge=1, description="Generations decoded together, one forward pass per step "
                            "(continuous batching); 1 for models with sliding-window layers.")
+    prefill_chunk: int = Field(512, ge=1, description="Prompt tokens (rows x columns) prefilled per decode step "
+                               "at most: a longer prefill spans several steps while running streams keep going.")
+    prefix_cache_mb: int = Field(256, ge=0, description="Memory for the KV caches of prompt heads reused by "
+                                 "later requests (prefix caching), MiB; 0 turns it off.")
+    speculative_tokens: int = Field(DEFAULT_SPECULATIVE_TOKENS, ge=0, le=16, description="Tokens drafted per step "
+                                    "(prompt lookup) and verified in one forward pass (speculative decoding, embedded "
+                                    "engine); 0 turns it off. A request's speculative=false turns it off for it.")
     max_queue: int = Field(16, ge=0, description="Generations waiting for the model; beyond -> 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 429, seconds.")
     request_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one generation.")
@@ -93,6 +102,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
     max_rollbacks: int = Field(64, ge=0, description="Rollback budget of one generation.")
     max_rollbacks_per_position: int = Field(8, ge=0, description="Rollback budget at one position.")
+    evasion_guard: EvasionGuard = Field(
+        DEFAULT_EVASION_GUARD, description="substring: a term that caused a rollback is also matched as a substring "
+        "for the rest of that generation (glued and _-joined forms); edit: also with one edit of tolerance (terms "
+        "of 5+ letters: misspellings); off. A request's evasion_guard overrides it.")
     watermark_key: int = Field(
         DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
     )

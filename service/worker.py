@@ -282,10 +282,17 @@ class GenerationWorker:
         metrics = self._metrics
         if isinstance(event, Rollback):
             metrics.rollbacks.labels(event.list_name).inc()
+            if event.escalated:
+                metrics.escalations.labels(event.list_name).inc()
+            if event.evasion:
+                metrics.evasion_rollbacks.labels(event.list_name).inc()
         elif isinstance(event, Finish):
             usage = event.usage
             metrics.finishes.labels(event.reason).inc()
             metrics.prompt_tokens.inc(usage.prompt_tokens)
+            metrics.prompt_cached_tokens.inc(usage.cached_tokens)
+            metrics.draft_tokens.inc(usage.draft_tokens)
+            metrics.accepted_draft_tokens.inc(usage.accepted_draft_tokens)
             if first_text_at is not None and usage.completion_tokens > 1:  # vLLM: decode time / (tokens - 1)
                 metrics.time_per_output_token.observe(
                     (time.perf_counter() - first_text_at) / (usage.completion_tokens - 1))

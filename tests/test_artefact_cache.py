@@ -35,12 +35,35 @@ def test_codec_round_trip_preserves_behaviour(smollm2_vocab, smollm2_tokenizer, 
     assert hits[0] == hits[1] and any(hits[0])
 
 
+def test_codec_round_trip_of_regex_terms_rebuilds_the_same_automata(smollm2_vocab, smollm2_tokenizer, lists):
+    regex = parse_wordlist("re:s[o0]rr(?:y|ies)\nre:NaN\\b | case=sensitive, match=substring\nre:l[i1]sten\n", "rx")
+    artefact = compile_artefact(smollm2_vocab, [*lists, regex])
+    key = artefact_key(smollm2_vocab, [*lists, regex])
+    blob = encode_artefact(artefact, key, COMPILER_VERSION)
+    decoded = decode_artefact(blob, smollm2_vocab, key, COMPILER_VERSION)
+    assert [t.regex for t in decoded.terms] == [t.regex for t in artefact.terms] and decoded.terms[-1].regex
+    assert [a.num_nodes for a in decoded.automata] == [a.num_nodes for a in artefact.automata]
+    ids = smollm2_tokenizer.encode("S0rry NaN, I am not l1stening, L1STEN", add_special_tokens=False)
+    hits = []
+    for a in (artefact, decoded):
+        m = TokenMatcher(a)
+        hits.append([m.push(t) for t in ids] + [m.finish()])
+    assert hits[0] == hits[1] and "re:s[o0]rr(?:y|ies)" in {h.term for h in hits[0] if h}
+    # A blob whose regex automata would not rebuild the same (another construction) is refused.
+    tampered = blob.replace(b'"regex_nodes":[', b'"regex_nodes":[9')
+    assert tampered != blob
+    with pytest.raises(ArtefactFormatError):
+        decode_artefact(tampered, smollm2_vocab, key, COMPILER_VERSION)
+
+
 def test_key_changes_with_the_list_or_the_tokenizer(smollm2_vocab, gemma3_vocab, lists):
     base = artefact_key(smollm2_vocab, lists)
     assert artefact_key(smollm2_vocab, list(reversed(lists))) == base
     assert artefact_key(gemma3_vocab, lists) != base
     changed = [lists[0], wordlist_from_terms(["listen", "sorry", "talk"])]
     assert artefact_key(smollm2_vocab, changed) != base
+    as_regex = [lists[0], wordlist_from_terms(["re:listen", "sorry"])]
+    assert artefact_key(smollm2_vocab, as_regex) != base
 
 
 def test_redis_round_trip_then_memory(redis_url, redis_prefix, smollm2_vocab, lists, tmp_path):

@@ -18,7 +18,7 @@ from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms
 THREADS = 8
 TRIALS = 6  # a fresh cold artefact each; unguarded, the memo failed in most runs of 6 trials
 SEQUENCES = 800
-OWN = [wordlist_from_terms(["kill all humans", "hell", "傻逼", "sorry"])]
+OWN = [wordlist_from_terms(["kill all humans", "hell", "傻逼", "sorry", "re:s[o0]rr(?:y|ies)", "re:f[u*]ck\\w{0,3}"])]
 
 
 def sequences(tokenizer) -> list[list[int]]:

@@ -105,6 +105,17 @@ def test_each_row_in_a_batch_of_8_equals_its_request_decoded_alone(batched_greed
         assert contract(got) == contract(expected)
 
 
+def test_joining_rows_are_prefilled_in_groups_and_reuse_the_cached_chat_head(batched_greedy, jobs):
+    batched, events, _ = batched_greedy
+    # The first 8 rows arrive together: fewer prefill passes than rows (groups), each row once.
+    assert batched.prefill_passes < len(jobs)
+    # Every prompt begins with the chat template's system turn: later rows load it from the prefix cache,
+    # and their usage says how many prompt tokens were served from it.
+    cached = [stream[-1].usage.cached_tokens for stream in events]
+    assert batched.prefix_cache.hits >= len(jobs) - 8 and sum(cached) == batched.prefix_cache.cached_tokens
+    assert all(c == 0 for c in cached[:8]) and all(c >= 8 for c in cached[8:])
+
+
 def test_no_leak_at_batch_8_greedy_in_final_text_and_every_streamed_prefix(batched_greedy):
     for stream in batched_greedy[1]:
         assert_no_leak(stream)

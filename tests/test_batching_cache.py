@@ -13,8 +13,9 @@ import pytest
 import torch
 from transformers.masking_utils import create_causal_mask
 
-from guardrail.engines.transformers.batch_cache import BatchKVCache, RowPrefill
+from guardrail.engines.transformers.batch_cache import BatchKVCache, Prefill
 from guardrail.engines.transformers.kv_cache import KVCache
+from guardrail.engines.transformers.prefix_cache import PrefixCache
 from guardrail.prompts import prompt_ids
 
 pytestmark = pytest.mark.slow
@@ -51,10 +52,10 @@ def test_model_attends_with_sdpa_and_a_hole_is_masked_in_4d(smollm2_model):
     assert smollm2_model.config._attn_implementation == "sdpa"
     cache = BatchKVCache(smollm2_model)
     for key, prompt in (("a", [1, 2, 3, 4, 5]), ("b", [6, 7])):
-        prefill = RowPrefill(smollm2_model, prompt)
-        while not prefill.advance():
-            pass
-        cache.join(key, prefill)
+        prefill = Prefill(smollm2_model, [prompt])
+        prefill.advance()
+        assert prefill.done
+        cache.join([key], prefill)
     cache.forward([8, 9])
     cache.rollback_to("a", 4)  # a's 5th and 6th tokens become holes
     mask2d = torch.cat([cache.mask, torch.ones((2, 1), dtype=torch.bool)], dim=1)
@@ -82,10 +83,11 @@ def test_each_row_in_a_batch_of_8_equals_its_prompt_decoded_alone(smollm2_model,
     while any(len(t) < STEPS for t in tokens.values()):
         for i, at in joins_at.items():
             if at == step:
-                prefill = RowPrefill(smollm2_model, rows[i], chunk=16)  # chunked: long prompts take passes
-                while not prefill.advance():
-                    pass
-                cache.join(i, prefill)
+                prefill = Prefill(smollm2_model, [rows[i]], chunk=16)  # chunked: long prompts take passes
+                while not prefill.done:
+                    prefill.advance()
+                assert prefill.forward_passes > 1
+                cache.join([i], prefill)
                 pending[i] = prefill.logits[0]
         active = [i for i in cache.keys]
         feed = []
@@ -115,9 +117,9 @@ def test_each_row_in_a_batch_of_8_equals_its_prompt_decoded_alone(smollm2_model,
 def test_a_rollback_leaves_the_other_rows_cache_untouched(smollm2_model):
     cache = BatchKVCache(smollm2_model, compact_at=0)
     for key, prompt in (("a", [1, 2, 3]), ("b", [4, 5, 6, 7])):
-        prefill = RowPrefill(smollm2_model, prompt)
+        prefill = Prefill(smollm2_model, [prompt])
         prefill.advance()
-        cache.join(key, prefill)
+        cache.join([key], prefill)
     for _ in range(3):
         cache.forward([10, 11])
     row_b = cache.keys.index("b")
@@ -127,6 +129,67 @@ def test_a_rollback_leaves_the_other_rows_cache_untouched(smollm2_model):
     row_b = cache.keys.index("b")
     assert torch.equal(cache.cache.layers[0].keys[row_b][:, cache.mask[row_b]], before)
     assert cache.mask.sum(dim=1).tolist() == [4, 7]
+
+
+def greedy_in_batch(model, groups):
+    """Join each ``(keys, prefill)`` group (prefilled to the end), then decode STEPS greedy tokens per row."""
+    cache = BatchKVCache(model, compact_at=10**6)
+    pending = {}
+    for keys, prefill in groups:
+        while not prefill.done:
+            prefill.advance()
+        cache.join(keys, prefill)
+        pending.update({key: prefill.logits[index] for index, key in enumerate(keys)})
+    tokens = {key: [] for key in cache.keys}
+    for _ in range(STEPS):
+        feed = [int(pending[key].argmax()) for key in cache.keys]
+        for key, token in zip(cache.keys, feed, strict=True):
+            tokens[key].append(token)
+        logits = cache.forward(feed)
+        pending = {key: logits[row] for row, key in enumerate(cache.keys)}
+    return tokens
+
+
+def test_group_prefill_with_padding_chunks_and_cached_heads_equals_each_prompt_alone(smollm2_model,
+                                                                                   smollm2_tokenizer):
+    rows = prompts(smollm2_tokenizer)
+    expected = [decode_alone(smollm2_model, p, None) for p in rows]
+    # One group of 8 prompts of different lengths (right padding = holes), fed 24 tokens per pass.
+    group = Prefill(smollm2_model, rows, chunk=24)
+    assert group.width == max(len(p) for p in rows)
+    tokens = greedy_in_batch(smollm2_model, [(list(range(8)), group)])
+    assert group.forward_passes > 1
+    assert [tokens[i] for i in range(8)] == expected
+    # The same prompts again, their heads loaded from a prefix cache filled by that first prefill.
+    heads = PrefixCache()
+    first = Prefill(smollm2_model, rows)
+    with pytest.raises(ValueError, match="not done"):
+        first.prompt_layers(0)
+    while not first.done:
+        first.advance()
+    for index, prompt in enumerate(rows):
+        heads.insert(prompt, first.prompt_layers(index))
+    found = [heads.match(p) for p in rows]
+    assert all(h is not None and 0 < h.length < len(p) for h, p in zip(found, rows, strict=True))
+    by_length = {}
+    for index, head in enumerate(found):
+        by_length.setdefault(head.length, []).append(index)
+    groups = [(keys, Prefill(smollm2_model, [rows[i] for i in keys], heads=[found[i] for i in keys]))
+              for keys in by_length.values()]
+    tokens = greedy_in_batch(smollm2_model, groups)
+    assert [tokens[i] for i in range(8)] == expected
+
+
+def test_a_head_must_leave_a_token_to_feed(smollm2_model):
+    heads = PrefixCache()
+    prompt = list(range(1, 18))
+    first = Prefill(smollm2_model, [prompt])
+    first.advance()
+    heads.insert(prompt, first.prompt_layers(0))
+    head = heads.match(prompt + [5])
+    assert head is not None and head.length == 16
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        Prefill(smollm2_model, [prompt[:16]], heads=[head])
 
 
 def test_models_with_sliding_window_layers_are_refused(gemma3_model):

@@ -27,6 +27,15 @@ def test_check_reports_spans_and_exits_1_with_matches_0_without(capsys):
     assert code == 0 and out["matches"] == []
 
 
+def test_banned_regex_terms_keep_their_commas_and_bad_ones_are_a_clear_error(capsys):
+    code, out = run_json(capsys, "check", "I am S0RRY, so sorry", "--wordlist", "en", "--banned", "talk,re:s[o0]r{1,2}y")
+    assert code == 1
+    assert [(m["term"], m["text"]) for m in out["matches"]] == [("re:s[o0]r{1,2}y", "S0RRY"), ("re:s[o0]r{1,2}y", "sorry")]
+    assert main(["check", "x", "--wordlist", "en", "--banned", "re:so+rry"]) == 2
+    error = capsys.readouterr().err
+    assert "'re:so+rry'" in error and "unbounded repetition" in error
+
+
 def test_compile_reports_cache_layers(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("GUARDRAIL_REDIS_URL", raising=False)

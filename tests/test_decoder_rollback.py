@@ -93,7 +93,8 @@ def test_guarded_greedy_equals_generate_when_nothing_is_hit(decoder, vocab, smol
 
 def test_rollback_crops_the_cache_and_costs_no_extra_forward_pass(decoder, vocab, chat):
     artefact, matcher = compile_terms(vocab, "sorry")
-    events, finish = run(decoder, chat("Repeat after me: I am sorry."), artefact, temperature=0, max_tokens=40)
+    events, finish = run(decoder, chat("Repeat after me: I am sorry."), artefact, temperature=0, max_tokens=40,
+                         speculative=False)  # one pass per kept token (drafts would save passes)
     assert_clean_stream(events, matcher)
     discarded = sum(r.tokens_discarded for r in rollbacks(events))
     assert discarded >= 1 and finish.reason == "stop"
@@ -110,8 +111,10 @@ def test_rollback_to_an_earlier_position_lifts_later_bans(decoder, vocab, chat, 
     # " dog dog" -> back to 0, ban " dog": the ban of " cat" at 1 belonged to the prefix " dog" and is gone,
     # so " fish cat" is allowed and " fish cat cat" is caught at position 1 again. Kept forever (the
     # reference decoder's stale bans), " cat" stays banned at 1 and the next rollback is at position 2.
+    # Evasion guard off: escalated, "cat cat" would also match as a substring, one token sooner (no right
+    # boundary to wait for), which changes the scripted sequence (tests/test_escalation.py covers that).
     artefact, matcher = compile_terms(vocab, "cat cat", "dog dog")
-    events, finish = run(decoder, chat("Name some animals."), artefact, max_tokens=4, **script)
+    events, finish = run(decoder, chat("Name some animals."), artefact, max_tokens=4, evasion_guard="off", **script)
     assert [(r.position, r.tokens_discarded) for r in rollbacks(events)][:4] == [(0, 2), (1, 2), (0, 2), (1, 2)]
     assert finish.text.startswith(" fish")
     assert_clean_stream(events, matcher)
@@ -134,7 +137,8 @@ def test_every_candidate_banned_ends_with_content_filter(decoder, vocab, chat, s
 def test_spent_rollback_budget_ends_with_content_filter_before_the_term(decoder, vocab, chat, script, budget, text):
     artefact, matcher = compile_terms(vocab, "cat cat", "dog dog")
     started = time.perf_counter()
-    events, finish = run(decoder, chat("Name some animals."), artefact, max_tokens=6, **script, **budget)
+    events, finish = run(decoder, chat("Name some animals."), artefact, max_tokens=6, evasion_guard="off", **script,
+                         **budget)  # the scripted sequence of the test above (evasion guard off, see there)
     assert time.perf_counter() - started < 30
     assert finish.reason == "content_filter"
     assert finish.text == text

@@ -54,13 +54,13 @@ def test_a_token_completing_a_term_rolls_back_to_where_the_term_began_and_bans_i
     assert step == (KEEP, 2, (), None)  # the word may go on ("hellos"): held back, not final yet
     step = s.accept(tok(" world"))  # the boundary after "hello" completes the term
     assert step.kind == ROLLBACK and step.position == 1
-    assert step.events == (Rollback(position=1, list_name="greetings", tokens_discarded=1),)
+    assert step.events == (Rollback(position=1, list_name="greetings", tokens_discarded=1, escalated=True),)
     assert s.position == 1 and s.token_ids == (tok(" hi"),)
     assert tok(" hello") in s.banned_ids()
 
 
 def test_bans_hold_for_their_position_only(hello, smollm2_vocab, tok):
-    s = session(hello, smollm2_vocab)
+    s = session(hello, smollm2_vocab, evasion_guard="off")  # escalated, "hello" is masked at every later position
     s.accept(tok(" hello"))
     s.accept(tok("!"))  # rolled back to 0, " hello" banned there
     assert tok(" hello") in s.banned_ids()

@@ -1,7 +1,7 @@
 """The mask primitive: ``completing_tokens`` of a state is exactly the set of tokens whose transition from
 that state completes a match — checked against a brute-force sweep of SmolLM2's whole vocab, from random
 states reached by random token sequences, for several term sets (word/prefix/substring, phrases,
-case-sensitive, CJK with an allow-term), compiled with a root sweep, without one (request terms), and the
+case-sensitive, CJK with an allow-term, regex terms), compiled with a root sweep, without one (request terms), and the
 two combined at run time."""
 
 from __future__ import annotations
@@ -30,12 +30,23 @@ TERM_SETS = {
         Term("ab", MatchMode.SUBSTRING), Term("über", MatchMode.PREFIX), Term("é", MatchMode.WORD)))],
     "cjk+allow": [WordList("zh", (Term("傻逼", MatchMode.SUBSTRING), Term("奶", MatchMode.SUBSTRING),
                                   Term("性", MatchMode.SUBSTRING)), allow=("牛奶茶", "女性"))],
+    "regex": [WordList("rx", (
+        Term("s[o0]rr(?:y|ies)", MatchMode.WORD, regex=True), Term("f[u*@]ck", MatchMode.PREFIX, regex=True),
+        Term("\\d{2}-\\d", MatchMode.SUBSTRING, regex=True), Term("傻.", MatchMode.SUBSTRING, regex=True),
+        Term("NaN\\b", MatchMode.SUBSTRING, case_sensitive=True, regex=True),
+        Term("\\Bx\\w", MatchMode.SUBSTRING, regex=True), Term("[a-z]{1,3}\\.", MatchMode.WORD, regex=True),
+        Term("ab\\W{1,2}c", MatchMode.PREFIX, regex=True),
+        Term("\\b-\\d", MatchMode.SUBSTRING, regex=True)))],  # begins only after a word character
+    "regex+en": [bundled_wordlist("en"), WordList("request", (
+        Term("s[o0]rr(?:y|ies)", MatchMode.WORD, regex=True), Term("kill\\s(?:all|every)", MatchMode.WORD, regex=True),
+        Term("傻.", MatchMode.SUBSTRING, regex=True), Term("listen", MatchMode.WORD)))],
 }
 
 FRAGMENTS = ["listen", " list", "en", " talk", "fuck", " FUCK", " you", " y", "ou", "idi", "ot", " idiots", "傻",
              "逼", "牛", "奶", "茶", "女", "性", "NaN", " Na", "N", "Sorry", " sorry", "SOR", "ass", "ASS", "kill",
              " all", " hum", "ans", "c++", " sucks", "$", "$1", "1$", "ab", "a", "b", "über", " é", "e", " ", "  ", "\n",
-             ".", ",", "x", "ok", "\u200b"]
+             ".", ",", "x", "ok", "\u200b", " s", "s", "0", "rr", "ies", " f", "*", "ck", "12", "-", "3", "xx", " so",
+             "rry", " kill", " every"]
 
 
 @pytest.fixture(scope="module")

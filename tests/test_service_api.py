@@ -41,7 +41,10 @@ def test_chat_completion_answers_with_usage_that_counts_rollbacks(openai_client)
     usage = answer.usage
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert usage.model_extra["rollbacks"] == 0
-    assert usage.model_extra["forward_passes"] >= usage.completion_tokens
+    # A pass per kept token, less the drafted tokens accepted without one (speculative decoding).
+    assert usage.model_extra["forward_passes"] >= usage.completion_tokens - usage.model_extra["accepted_draft_tokens"]
+    assert usage.model_extra["accepted_draft_tokens"] <= usage.model_extra["draft_tokens"]
+    assert usage.prompt_tokens_details.cached_tokens <= usage.prompt_tokens
 
 
 def test_streamed_chat_sends_the_same_answer_in_chunks(openai_client):

@@ -163,6 +163,7 @@ def test_check_lists_at_most_1000_matches_and_counts_them_all(service):
     ({"n": 99}, "n"),
     ({"logit_bias": {"12": 500}}, "logit_bias.12"),
     ({"extra_body": {"banned_terms": ["ok", "..."]}}, "banned_terms.1"),
+    ({"extra_body": {"evasion_guard": "fuzzy"}}, "evasion_guard"),
 ])
 def test_validation_errors_are_400_bad_request_naming_the_field(openai_client, change, param):
     with pytest.raises(openai.BadRequestError) as failure:

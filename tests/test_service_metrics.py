@@ -78,6 +78,29 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     assert metric(after, "guardrail_wordlist_version", list="en") >= 1
 
 
+def test_escalations_are_counted_and_a_request_can_switch_the_evasion_guard_off(service):
+    """"Paris" banned: its hit escalates it (the server's default evasion guard), once per generation; with
+    the request's ``evasion_guard: "off"`` nothing escalates."""
+    def ask(**extra):
+        return service.post("/v1/chat/completions", headers=AUTH, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "temperature": 0, "max_tokens": 24, "banned_terms": ["Paris"], **extra}).json()
+
+    before = service.metrics()
+    default = ask()
+    after_default = service.metrics()
+    off = ask(evasion_guard="off")
+    after_off = service.metrics()
+    assert default["usage"]["rollbacks"] >= 1 and off["usage"]["rollbacks"] >= 1
+    assert metric(after_default, "guardrail_escalations_total", list="request") - metric(
+        before, "guardrail_escalations_total", list="request") == 1
+    evasions = metric(after_default, "guardrail_evasion_rollbacks_total", list="request") - metric(
+        before, "guardrail_evasion_rollbacks_total", list="request")
+    assert 0 <= evasions < default["usage"]["rollbacks"]  # the first rollback is the word itself
+    for name in ("guardrail_escalations_total", "guardrail_evasion_rollbacks_total"):
+        assert metric(after_off, name, list="request") == metric(after_default, name, list="request")
+
+
 def test_build_info_names_the_version_and_the_model(service):
     import guardrail
 

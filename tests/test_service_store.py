@@ -217,6 +217,17 @@ def test_settings_read_comma_separated_lists_from_the_environment(monkeypatch):
     assert "k1" not in repr(settings)
 
 
+def test_the_evasion_guard_setting_defaults_on_and_reads_the_environment(monkeypatch):
+    assert Settings().evasion_guard == "substring"
+    monkeypatch.setenv("GUARDRAIL_EVASION_GUARD", "off")
+    assert Settings().evasion_guard == "off"
+    monkeypatch.setenv("GUARDRAIL_EVASION_GUARD", "edit")
+    assert Settings().evasion_guard == "edit"
+    monkeypatch.setenv("GUARDRAIL_EVASION_GUARD", "on")
+    with pytest.raises(ValueError, match="evasion_guard"):
+        Settings()
+
+
 def test_settings_name_the_bad_variable(monkeypatch):
     monkeypatch.setenv("GUARDRAIL_MAX_QUEUE", "-1")
     with pytest.raises(ValueError, match="max_queue"):

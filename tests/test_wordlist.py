@@ -333,7 +333,14 @@ _term_text = st.text(
     max_size=20,
 ).map(str.strip).filter(lambda s: any(c.isalnum() for c in s))
 
-_terms = st.builds(Term, _term_text, st.sampled_from(list(MatchMode)), st.booleans())
+_regex_text = st.sampled_from(["s[o0]rry", "a|b", "x | y", "#[a-z]{2}", "\\bfoo\\b", "re:x", "(?x) a b", "傻."])
+_terms = st.one_of(
+    st.builds(Term, _term_text, st.sampled_from(list(MatchMode)), st.booleans()),
+    # literal texts that read like a regex term or its escape
+    st.builds(Term, st.sampled_from(["re:x", "\\re:y", "\\\\re:z", "re:", "re:#"]).map(lambda t: t + "1"),
+              st.sampled_from(list(MatchMode)), st.booleans()),
+    st.builds(Term, _regex_text, st.sampled_from(list(MatchMode)), st.booleans(), st.just(True)),
+)
 
 
 @settings(max_examples=300, deadline=None)

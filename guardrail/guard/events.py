@@ -33,11 +33,17 @@ class Rollback:
         list_name: the word list of the term (never the term itself: events reach logs and metrics).
         tokens_discarded: completion tokens dropped (0 when the candidate token itself began the term and
             was simply re-picked).
+        escalated: this rollback escalated its term: the evasion guard matches it as a substring from
+            ``position`` on (:mod:`guardrail.guard.escalation`).
+        evasion: the hit was an escalated term's form (glued, joined by ``_``) that the term's own match
+            mode would have let through.
     """
 
     position: int
     list_name: str
     tokens_discarded: int
+    escalated: bool = False
+    evasion: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Usage:
         forward_passes: model forward calls, the prefill and every re-prefill counting one each.
         reprefills: rollbacks that rebuilt the KV cache from scratch because it could not crop.
         seconds: wall time of the generation.
+        cached_tokens: prompt tokens served from the engine's prefix cache instead of prefilled (OpenAI's
+            ``prompt_tokens_details.cached_tokens``; on vLLM summed over all submissions).
+        draft_tokens: tokens drafted and verified in a forward pass (speculative decoding).
+        accepted_draft_tokens: of those, the ones the decode loop picked (kept without a pass of their own;
+            a kept token later rolled back still counts).
     """
 
     prompt_tokens: int
@@ -59,6 +70,9 @@ class Usage:
     forward_passes: int
     reprefills: int
     seconds: float
+    cached_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 @dataclass(frozen=True)

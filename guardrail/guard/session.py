@@ -18,6 +18,10 @@ plain :class:`Step` it gets back (docs/design.md, "The decode step")::
         elif step.kind == ROLLBACK:  crop the KV cache to prompt + step.position; drop kept logits > step.position
         else:                        yield from session.finish(step.finish_reason, ...); break
 
+Evasion guard: a term that caused a rollback is escalated — also matched as a substring from where it began
+to the end of the generation (:mod:`guardrail.guard.escalation`); nothing changes for the engine, which sees
+the escalation's hits as rollbacks and its masks in :meth:`GuardSession.banned_ids`.
+
 Rollback contract: a rollback never goes before :attr:`GuardSession.frontier`, so an engine that keeps the
 logits of every position in ``[frontier, position]`` rolls back without a forward pass (the transformers
 engine does; vLLM resubmits ``prompt + token_ids`` instead). Text handed out in a :class:`TextDelta` is final:
@@ -38,10 +42,19 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from guardrail.guard.bans import PositionBans
+from guardrail.guard.escalation import (
+    DEFAULT_EVASION_GUARD,
+    ESCALATION_ARTEFACTS,
+    Escalation,
+    EvasionGuard,
+    check_evasion_guard,
+    escalation_terms,
+)
 from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.guard.holdback import TextBuffer
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
+from guardrail.matching.token_text import token_set
 from guardrail.matching.vocab import TokenVocab
 
 #: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``GuardSession._probe_cut``).
@@ -114,13 +127,16 @@ class GuardSession:
         num_logits: width of the engine's logits rows (``model.config.vocab_size``); ids from
             ``len(vocab)`` up to it (padded embeddings) carry no text and are always banned.
         prompt_tokens: prompt length, reported in :class:`Usage`.
+        evasion_guard: ``"substring"`` (default): a term that caused a rollback is also matched as a substring
+            from where it began to the end of the generation (:mod:`guardrail.guard.escalation`); ``"off"``.
 
     Raises:
         ValueError: the artefact was compiled for another vocab, or an argument is out of range (named).
 
     Attributes:
         always_banned: ``int64 (k,)`` ids masked at every position (tokens whose own text completes a term,
-            padded logits).
+            padded logits); with the escalated terms' added from their escalation position on:
+            :meth:`standing_ids`.
         frontier: no rollback goes before this position: the logits of earlier positions may be dropped.
         rollbacks: rollbacks so far (including same-position re-picks).
         text: the completion's bytes and release cursor (:class:`TextBuffer`).
@@ -129,7 +145,7 @@ class GuardSession:
     def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
-                 prompt_tokens: int = 0):
+                 prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD):
         if artefact is not None and artefact.vocab.fingerprint != vocab.fingerprint:
             raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
         if max_tokens is not None:
@@ -139,6 +155,7 @@ class GuardSession:
         _check_count("prompt_tokens", prompt_tokens, 0)
         if num_logits is not None:
             _check_count("num_logits", num_logits, 1)
+        self.evasion_guard = check_evasion_guard(evasion_guard)
         self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
         self.artefact = artefact
         self.vocab = vocab
@@ -159,9 +176,14 @@ class GuardSession:
         self.started = time.perf_counter()
         self._tokens: list[int] = []
         self._rollbacks_at: dict[int, int] = {}
-        # _reach[k]: matcher.releasable() after the first k completion tokens (see _release_limit).
+        # _reach[k]: releasable count (matcher and escalations) after the first k completion tokens
+        # (see _release_limit).
         self._reach = [0]
+        # Escalated terms (evasion guard), by escalation position ascending; none until a hit escalates one.
+        self._escalations: list[Escalation] = []
+        self._standing = self.always_banned  # always_banned ∪ the escalations' (same object while none)
         self._union_of: np.ndarray | None = None  # the position-ban array _union was built from
+        self._union_standing = self._standing  # ... and the standing array
         self._union = _NO_IDS
         self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
         self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
@@ -187,26 +209,39 @@ class GuardSession:
         return self.position - self.text.token_at(self.text.released)
 
     @property
+    def escalations(self) -> tuple[Escalation, ...]:
+        """The terms the evasion guard escalated so far and still in force (empty until a hit escalates one)."""
+        return tuple(self._escalations)
+
+    @property
     def finished(self) -> bool:
         """Whether :meth:`finish` was called."""
         return self._finished
 
     # -- what to mask ---------------------------------------------------------------------------------
     def banned_ids(self) -> np.ndarray:
-        """Token ids to mask at the current position: :attr:`always_banned` ∪ the position's bans.
+        """Token ids to mask at the current position: :meth:`standing_ids` (:attr:`always_banned` and the
+        escalated terms') ∪ the position's bans.
 
         Returns:
             ``int64 (k,)``, not to be modified. The same array object is returned until the bans in force
-            change (a rollback to, or away from, a position with bans), so an engine may cache the index
-            tensor it builds from it by identity (``if ids is not last: index = torch.from_numpy(ids)``).
+            change (a rollback to, or away from, a position with bans; an escalation starting or dropped), so
+            an engine may cache the index tensor it builds from it by identity
+            (``if ids is not last: index = torch.from_numpy(ids)``).
         """
         extra = self.bans.at(self.position)
         if extra is None:
-            return self.always_banned
-        if extra is not self._union_of:
-            self._union_of = extra
-            self._union = np.union1d(self.always_banned, extra)
+            return self._standing
+        if extra is not self._union_of or self._standing is not self._union_standing:
+            self._union_of, self._union_standing = extra, self._standing
+            self._union = np.union1d(self._standing, extra)
         return self._union
+
+    def standing_ids(self) -> np.ndarray:
+        """Ids masked at every position from the current one on: :attr:`always_banned` and the escalated
+        terms' always-banned ids (``int64 (k,)``, sorted; the same object until an escalation starts or is
+        dropped). What an engine that resubmits after a rollback (vLLM) passes as the ids to mask always."""
+        return self._standing
 
     def completing_ids(self) -> np.ndarray:
         """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
@@ -240,20 +275,25 @@ class GuardSession:
         matcher = self.matcher
         if matcher is not None:
             hit = matcher.push(token_id)
+            source = None
+            for escalation in self._escalations:  # none until a term caused a rollback
+                found = escalation.push(token_id)
+                if found is not None and (hit is None or found.start_token < hit.start_token):
+                    hit, source = found, escalation
             if hit is not None:
-                return self._roll_back(hit, ())
+                return self._roll_back(hit, (), source)
         self._tokens.append(token_id)
         text = self.text
         text.append(token_id)
         if matcher is not None:
-            self._reach.append(matcher.releasable())
+            self._reach.append(self._releasable())
         stop_at = text.find_stop(len(self._tokens) - 1)
         if stop_at is not None:
-            hit = self._probe_cut(stop_at)[1] if matcher is not None else None
+            hit, source = self._probe_cut(stop_at)[1:] if matcher is not None else (None, None)
             if hit is None:
                 self._cut_bytes = stop_at
                 return Step(FINISH, len(self._tokens), (), "stop")
-            return self._roll_back(hit, ())
+            return self._roll_back(hit, (), source)
         delta = self.release()
         events = (TextDelta(delta),) if delta else ()
         if self.max_tokens is not None and len(self._tokens) >= self.max_tokens:
@@ -272,7 +312,8 @@ class GuardSession:
         return self.text.release(self._release_limit())
 
     def finish(self, reason: FinishReason, *, forward_passes: int = 0, reprefills: int = 0,
-               seconds: float | None = None) -> tuple[Event, ...]:
+               seconds: float | None = None, cached_tokens: int = 0, draft_tokens: int = 0,
+               accepted_draft_tokens: int = 0) -> tuple[Event, ...]:
         """End the stream: the last :class:`TextDelta` (if any) and the :class:`Finish`.
 
         The answer is cut where :meth:`accept` said (a stop string, the start of a term when the rollback
@@ -282,7 +323,8 @@ class GuardSession:
         Args:
             reason: the finish reason (``step.finish_reason``, or the engine's own: ``cancelled``, ``length``
                 on its wall-clock limit, ``content_filter`` when every candidate was banned).
-            forward_passes, reprefills: the engine's counters, reported in :class:`Usage`.
+            forward_passes, reprefills, cached_tokens, draft_tokens, accepted_draft_tokens: the engine's
+                counters, reported in :class:`Usage`.
             seconds: wall time of the generation (default: since the session was built).
 
         Raises:
@@ -296,10 +338,10 @@ class GuardSession:
         if cut_bytes is None:
             cut = self.position if self._cut_tokens is None else self._cut_tokens
             if self.matcher is not None and self._mode != "mask":
-                self.matcher.rollback_to(cut)
-                while (hit := self.matcher.finish()) is not None:
+                self._rewind(cut)
+                while (hit := self._finish_hit()[0]) is not None:
                     cut = hit.start_token
-                    self.matcher.rollback_to(cut)
+                    self._rewind(cut)
             self._truncate(cut)
             cut_bytes = text.end(cut)
         delta = text.release(cut_bytes, final=True)
@@ -310,6 +352,9 @@ class GuardSession:
             forward_passes=forward_passes,
             reprefills=reprefills,
             seconds=time.perf_counter() - self.started if seconds is None else seconds,
+            cached_tokens=cached_tokens,
+            draft_tokens=draft_tokens,
+            accepted_draft_tokens=accepted_draft_tokens,
         )
         done = Finish(reason, text.text, usage, tuple(self._tokens))
         return (TextDelta(delta), done) if delta else (done,)
@@ -365,18 +410,22 @@ class GuardSession:
     def _end_of_text(self, reason: FinishReason, events: tuple[Event, ...]) -> Step:
         """The text would end here: finish, or roll back to a ``word`` term pending at the very end."""
         while True:
-            hit = self.matcher.finish() if self.matcher is not None else None
+            hit, source = self._finish_hit() if self.matcher is not None else (None, None)
             if hit is None:
                 return Step(FINISH, self.position, events, reason)
-            step = self._roll_back(hit, events)
+            step = self._roll_back(hit, events, source)
             # A term that begins in the end-of-text flush itself would leave the text at max_tokens: check
             # that end again rather than ask the engine for logits past its limit.
             if step.kind == FINISH or self.max_tokens is None or self.position < self.max_tokens:
                 return step
             events = step.events
 
-    def _roll_back(self, hit: Hit, events: tuple[Event, ...]) -> Step:
-        """Go back to ``hit.start_token`` and ban the term's first token there (or finish: budget spent)."""
+    def _roll_back(self, hit: Hit, events: tuple[Event, ...], source: Escalation | None = None) -> Step:
+        """Go back to ``hit.start_token`` and ban the term's first token there (or finish: budget spent).
+
+        ``source``: the escalation that reported the hit (``None``: the lists' matcher). A hit of the lists'
+        matcher escalates its term (evasion guard) from ``hit.start_token`` on, unless it already is.
+        """
         start = hit.start_token
         self.rollbacks += 1
         count = self._rollbacks_at[start] = self._rollbacks_at.get(start, 0) + 1
@@ -386,17 +435,70 @@ class GuardSession:
         discarded = self.position - start
         matcher = self.matcher
         assert matcher is not None, "a hit comes from the matcher"
-        matcher.rollback_to(start)
+        self._rewind(start)
         banned = {hit.first_token} if hit.first_token >= 0 else set()
         if hit.term_id != UNCHECKED_CUT and self.retry_bans:
-            banned |= matcher.retry_bans(hit)
+            banned |= matcher.retry_bans(hit) if source is None else source.retry_bans(hit)
+        escalated = source is None and hit.term_id != UNCHECKED_CUT and self._escalate(hit.term_id, start)
         self.bans.rollback_to(start)
         self.bans.add(start, banned)
         for later in [p for p in self._rollbacks_at if p > start]:
             del self._rollbacks_at[later]
         if discarded:
             self._truncate(start)
-        return Step(ROLLBACK, start, (*events, Rollback(start, hit.list_name, discarded)))
+        rollback = Rollback(start, hit.list_name, discarded, escalated=escalated, evasion=source is not None)
+        return Step(ROLLBACK, start, (*events, rollback))
+
+    # -- the evasion guard (guardrail/guard/escalation.py) ----------------------------------------------
+    def _escalate(self, term_id: int, start: int) -> bool:
+        """Escalate ``term_id`` from position ``start`` on (the rollback target of its hit); whether it was."""
+        artefact = self.artefact
+        if self.evasion_guard == "off" or artefact is None:
+            return False
+        if any(e.term_id == term_id for e in self._escalations):
+            return False
+        terms = escalation_terms(artefact.terms[term_id], self.evasion_guard)
+        if not terms:
+            return False
+        compiled = ESCALATION_ARTEFACTS.get(self.vocab, terms, artefact.allows)
+        # Every escalation left has start <= this one (_rewind dropped later ones): the list stays sorted.
+        self._escalations.append(Escalation(term_id, compiled, start))
+        self._restand()
+        return True
+
+    def _rewind(self, position: int) -> None:
+        """Put the matchers in the state after ``position`` tokens; drop the escalations that begin later."""
+        assert self.matcher is not None, "only called while guarding"
+        self.matcher.rollback_to(position)
+        escalations = self._escalations
+        if escalations and escalations[-1].start > position:
+            self._escalations = escalations = [e for e in escalations if e.start <= position]
+            self._restand()
+        for escalation in escalations:
+            escalation.rollback_to(position)
+
+    def _restand(self) -> None:
+        """Rebuild :meth:`standing_ids` after an escalation started or was dropped."""
+        extra = [e.always_banned for e in self._escalations]
+        self._standing = token_set(self.always_banned, *extra) if extra else self.always_banned
+
+    def _releasable(self) -> int:
+        """Leading tokens no match of the current text can begin in: the matcher's and every escalation's."""
+        assert self.matcher is not None, "only called while guarding"
+        limit = self.matcher.releasable()
+        for escalation in self._escalations:
+            limit = min(limit, escalation.releasable())
+        return limit
+
+    def _finish_hit(self) -> tuple[Hit | None, Escalation | None]:
+        """End of text here: the earliest-beginning hit of the matcher and the escalations, and its source."""
+        assert self.matcher is not None, "only called while guarding"
+        hit, source = self.matcher.finish(), None
+        for escalation in self._escalations:
+            found = escalation.finish()
+            if found is not None and (hit is None or found.start_token < hit.start_token):
+                hit, source = found, escalation
+        return hit, source
 
     def _release_limit(self) -> int:
         """Bytes no future match (nor a stop string) can claim, whatever rollbacks come.
@@ -407,6 +509,11 @@ class GuardSession:
         and from a target ``k`` the next ones are at or after ``reach[k]`` (the releasable count after ``k``
         tokens), which never decreases along the text. So everything before a *clean* position ``L``
         (``reach[L] == L``: no partial match pending) at or before ``releasable()`` is final.
+
+        Escalations (evasion guard) take part in ``reach``: an escalation starting at ``s`` contributes
+        ``s + its releasable count`` from ``s`` on (never below ``reach[s]``, so ``reach`` stays
+        non-decreasing), and a rollback to ``k`` keeps exactly the escalations with ``s <= k`` — the ones
+        ``reach[k]`` was computed with.
         """
         text = self.text
         cuts = text.stop_cuts()
@@ -425,9 +532,11 @@ class GuardSession:
         self.frontier = clean
         return min([text.end(clean), *cuts])
 
-    def _probe_cut(self, cut: int) -> tuple[int, Hit | None]:
-        """If the answer ended at byte ``cut``: the releasable count of that text (whole tokens), and the
-        match at its end, if any. The matcher is left as it was.
+    def _probe_cut(self, cut: int) -> tuple[int, Hit | None, Escalation | None]:
+        """If the answer ended at byte ``cut``: the releasable count of that text (whole tokens), the
+        match at its end, if any, and the escalation that reported it (``None``: the lists' matcher). The
+        matchers are left as they were; an escalation that begins after the token holding ``cut`` does not
+        apply to that text.
 
         The bytes of the token holding ``cut`` up to it are pushed as single-byte tokens (the matcher's
         outcome depends only on the bytes); a hit that begins inside them is reported at that token, since
@@ -441,22 +550,31 @@ class GuardSession:
         tail = self._tokens[whole:]
         singles = byte_tokens(self.vocab)
         piece = bytes(text.data[text.end(whole):cut])
-        matcher.rollback_to(whole)
-        hit = None
-        if all(b in singles for b in piece):
-            for b in piece:
-                hit = matcher.push(singles[b])
-                if hit is not None:
-                    break
-            if hit is None:
-                hit = matcher.finish()
-        else:
-            hit = Hit(UNCHECKED_CUT, "stop", "", whole, tail[0], 0, 0)
-        reach = min(matcher.releasable(), whole)
-        matcher.rollback_to(whole)
-        for token in tail:
-            matcher.push(token)
+        checkable = all(b in singles for b in piece)
+        tracks: list[tuple[TokenMatcher, int, Escalation | None]] = [(matcher, 0, None)]
+        tracks += [(e.matcher, e.start, e) for e in self._escalations if e.start <= whole]
+        hit: Hit | None = None if checkable else Hit(UNCHECKED_CUT, "stop", "", whole, tail[0], 0, 0)
+        source: Escalation | None = None
+        reach = whole
+        for track, offset, escalation in tracks:
+            track.rollback_to(whole - offset)
+            found = None
+            if checkable:
+                for b in piece:
+                    found = track.push(singles[b])
+                    if found is not None:
+                        break
+                if found is None:
+                    found = track.finish()
+            reach = min(reach, offset + track.releasable())
+            track.rollback_to(whole - offset)
+            for token in tail:
+                track.push(token)
+            if found is not None:
+                found = escalation.absolute(found) if escalation is not None else found
+                if hit is None or found.start_token < hit.start_token:
+                    hit, source = found, escalation
         if hit is not None and hit.start_token >= whole:
             hit = replace(hit, start_token=whole, first_token=tail[0])
-        return reach, hit
+        return reach, hit, source
 

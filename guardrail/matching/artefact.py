@@ -6,6 +6,9 @@ one memoised dictionary lookup; the first visit of a (state, token) pair feeds t
 an incremental UTF-8 decoder and the character automata (one per case mode), a few microseconds.
 
 States are interned tuples ``(utf8_pending_bytes, StreamState, ...)``; state id 0 is the text start.
+Streams: the plain terms of each case mode (one Aho–Corasick automaton each), then the regex terms of each
+case mode (one :class:`~guardrail.matching.regex_automaton.RegexAutomaton` each); a list without regex terms
+has exactly the streams it had before regex terms existed.
 
 Thread safety: one artefact is shared by every request of a process. Reads of the memo (the per-step
 fast path) take no lock; every write (a new transition, a new state, the lazily built indexes) happens
@@ -18,21 +21,34 @@ from __future__ import annotations
 import codecs
 import threading
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 
-from guardrail.matching.automaton import BOUNDARY, START, Automaton, StreamState, symbol_pattern
+from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState, symbol_pattern
+from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
+from guardrail.matching.regex_tokens import continuing_tokens, inside_candidates
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.token_text import TokenTextIndex, token_difference, token_set
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
+
+#: A stream of the artefact: the plain terms of one case mode (Aho–Corasick over symbols with boundaries) or
+#: its regex terms (a DFA over normalised characters). Both have ``feed``, ``finish``, ``fresh``,
+#: ``completes_inside``, ``depth``, ``num_nodes`` and ``case_sensitive``; ``regex`` tells them apart.
+StreamAutomaton: TypeAlias = Automaton | RegexAutomaton
 
 ROOT_STATE = 0
 #: Memoised (state, token) pairs kept before the non-root memo is cleared (bounds a long-lived process).
 MEMO_LIMIT = 2_000_000
 #: States whose completing tokens are memoised before that memo is cleared (a mask can hold ~100k ids).
 COMPLETING_LIMIT = 4096
+#: Without a sweep (request terms), the always-banned tokens of a regex stream are looked for only among at
+#: most this many candidates (each check ~10-20 us: <= ~40 ms before the first token). A pattern made of
+#: classes (``\\w{2}\\d``) can have 100k candidates on Gemma 3's vocab (~1-2 s to check); its always-banned
+#: set is then left empty. Always-banned ids are only a shortcut (masked at every step instead of caught and
+#: rolled back): the matcher still catches every such token, and ``completing_tokens`` stays exact.
+LAZY_REGEX_ALWAYS_BANNED_CANDIDATES = 2_000
 
 
 class Transition(NamedTuple):
@@ -90,27 +106,33 @@ class Artefact:
 
     Args:
         vocab: the tokenizer's bytes table (the artefact reads ``vocab.token_bytes``).
-        terms: the flattened terms (:func:`guardrail.matching.term_spec.flatten`).
+        terms: the flattened terms (:func:`guardrail.matching.term_spec.flatten`), regex terms included.
         allows: the allow-terms.
         sweep: precomputed transitions from the text start; computed here when ``None`` (unless ``lazy``).
         lazy: skip the root sweep (request terms): transitions from the text start are computed on demand
             like any other, and the always-banned tokens come from the per-vocab
             :class:`~guardrail.matching.token_text.TokenTextIndex` (candidates by substring, each verified).
             Cost then grows with the terms, not with the vocab.
+        regex_states: the DFA-node limit of each regex stream (lower for a request's terms:
+            :data:`~guardrail.matching.regex_automaton.MAX_REQUEST_REGEX_DFA_STATES`).
+
+    Raises:
+        WordListError: the regex terms of a case mode need more automaton states than the limits allow
+            (:func:`~guardrail.matching.regex_automaton.compile_regex_stream`), naming the list and the term.
     """
 
     def __init__(self, vocab: TokenVocab, terms: Sequence[TermSpec], allows: Sequence[AllowSpec],
-                 sweep: RootSweep | None = None, *, lazy: bool = False):
+                 sweep: RootSweep | None = None, *, lazy: bool = False, regex_states: int = MAX_REGEX_DFA_STATES):
         self.vocab = vocab
         self.terms = tuple(terms)
         self.allows = tuple(allows)
-        self.automata: list[Automaton] = []
+        self.automata: list[StreamAutomaton] = []
         self.global_ids: list[list[int]] = []  # per stream: local term id -> global term id
-        self.patterns: list[list[str]] = []  # per stream: symbol pattern per local term id
+        self.patterns: list[list[str]] = []  # per stream: symbol pattern per local term id ([] for regex streams)
         self.allow_patterns: list[list[str]] = []  # per stream
         self.stream_of: dict[int, tuple[int, int]] = {}  # global term id -> (stream, local id)
         for case_sensitive in (False, True):
-            mine = [t for t in self.terms if t.case_sensitive == case_sensitive]
+            mine = [t for t in self.terms if t.case_sensitive == case_sensitive and not t.regex]
             if not mine:
                 continue
             stream = len(self.automata)
@@ -126,11 +148,22 @@ class Artefact:
             self.global_ids.append([t.term_id for t in mine])
             for local, t in enumerate(mine):
                 self.stream_of[t.term_id] = (stream, local)
+        for case_sensitive in (False, True):
+            mine = [t for t in self.terms if t.case_sensitive == case_sensitive and t.regex]
+            if not mine:
+                continue
+            stream = len(self.automata)
+            self.automata.append(compile_regex_stream(mine, case_sensitive, regex_states))
+            self.patterns.append([])
+            self.allow_patterns.append([])
+            self.global_ids.append([t.term_id for t in mine])
+            for local, t in enumerate(mine):
+                self.stream_of[t.term_id] = (stream, local)
         self._lock = threading.Lock()
         self._states: list[tuple] = []
         self._state_ids: dict[tuple, int] = {}
         self._memo: list[dict[int, Transition]] = []
-        self._intern((b"",) + (START,) * len(self.automata))
+        self._intern((b"",) + tuple(a.fresh(False) for a in self.automata))
         self._memo_size = 0
         self._finish_memo: dict[int, Transition] = {}
         self._candidate_indexes: dict[int, tuple[list[list[int]], dict[int, list[int]]]] = {}
@@ -179,13 +212,16 @@ class Artefact:
         return self._always_banned
 
     def root_candidates(self, stream: int, nodes: set[int]) -> Iterator[int]:
-        """Token ids whose text, read from the text start, ends with the string of one of ``nodes``.
+        """Token ids whose text, read from the text start, ends with the string of one of ``nodes``
+        (Aho–Corasick streams; none for a regex stream, whose hits get no retry bans).
 
         That is the failure-link subtree of each node (every node whose suffix chain passes through it),
         looked up in the root sweep. From other states the same tokens are a superset of those that end
         there; callers verify with :meth:`transition`. Without a sweep (``lazy``), a superset: the tokens
         whose normalised text contains the text of one of ``nodes``.
         """
+        if self.automata[stream].regex:
+            return
         if self.sweep is None:
             index = TokenTextIndex.for_vocab(self.vocab)
             texts = self._node_texts(stream)
@@ -206,6 +242,7 @@ class Artefact:
     def _node_texts(self, stream: int) -> dict[int, str]:
         """Per automaton node of ``stream``, its string without boundary symbols (the text it stands for)."""
         automaton = self.automata[stream]
+        assert isinstance(automaton, Automaton)
         texts: dict[int, str] = {0: ""}
         for pattern in (*self.patterns[stream], *self.allow_patterns[stream]):
             node = 0
@@ -223,6 +260,7 @@ class Artefact:
             if index is not None:
                 return index
             automaton = self.automata[stream]
+            assert isinstance(automaton, Automaton)
             children: list[list[int]] = [[] for _ in range(automaton.num_nodes)]
             for node in range(1, automaton.num_nodes):
                 children[automaton.fail[node]].append(node)
@@ -292,7 +330,7 @@ class Artefact:
                 state, count = automaton.feed(state, text, local)
             if final:
                 count += automaton.finish(state, local)
-                state = START
+                state = automaton.fresh(False)
             ids = self.global_ids[stream]
             hits.extend((ids[term], stream, start) for term, start in local)
             next_streams.append(state)
@@ -324,6 +362,7 @@ class Artefact:
         pending_bytes: list[int] = []
         hitting: list[int] = []
         feeds = [a.feed for a in self.automata]
+        starts = [a.fresh(False) for a in self.automata]
         local: list[tuple[int, int]] = []
         for token_id, data in enumerate(self.vocab.token_bytes):
             try:
@@ -332,8 +371,8 @@ class Artefact:
                 text, rest = _decode(b"", data)
             pending_bytes.append(len(rest))
             any_hit = False
-            for stream, feed in enumerate(feeds):
-                state, count = feed(START, text, local)
+            for stream, (feed, start) in enumerate(zip(feeds, starts)):
+                state, count = feed(start, text, local)
                 node[stream].append(state.node)
                 symbols[stream].append(count)
                 exact = not local and not state.pending
@@ -354,23 +393,15 @@ class Artefact:
         """Whether the token's own bytes complete a term whatever precedes it.
 
         Checked from a non-word and from a word context (the only context a match inside the token can
-        depend on, besides allow-terms, which disqualify, and split UTF-8, which a token starting with a
-        continuation byte could complete differently).
+        depend on, besides allow-terms, which disqualify, split UTF-8, which a token starting with a
+        continuation byte could complete differently, and, for regex terms, a longer match of earlier text
+        delaying the report: :meth:`RegexAutomaton.completes_inside`).
         """
         data = self.vocab.token_bytes[token_id]
-        if data[0] & 0xC0 == 0x80:
+        if not data or data[0] & 0xC0 == 0x80:
             return False
         text, _ = _decode(b"", data)
-        for prev_word in (False, True):
-            found = False
-            for automaton in self.automata:
-                local: list[tuple[int, int]] = []
-                automaton.feed(StreamState(0, prev_word, False, ()), text, local)
-                if any(start >= 0 and not automaton.allowable[term] for term, start in local):
-                    found = True
-            if not found:
-                return False
-        return True
+        return all(any(a.completes_inside(text, prev_word) for a in self.automata) for prev_word in (False, True))
 
     # -- the mask primitive -------------------------------------------------------------------------
     def completing_tokens(self, state_id: int) -> np.ndarray:
@@ -388,6 +419,11 @@ class Artefact:
            term's right boundary is left, every token whose first character is a non-word character
            completes it — that class is exact by construction and is taken without verification;
         3. a state ending inside a UTF-8 character: also the tokens that begin with a continuation byte.
+
+        Regex streams (:mod:`guardrail.matching.regex_tokens`): group 1 holds the tokens whose text has a
+        piece every match of a regex term must hold (verified); a match in progress is followed through the
+        sorted token texts from the stream's DFA node, which yields exactly the tokens completing it (taken
+        without verification, like the non-word class above).
 
         Two rare states fall back to verifying every token: an occurrence waiting on an allow-term
         decision (any character that breaks the allow-term confirms it), and a split UTF-8 character
@@ -410,17 +446,27 @@ class Artefact:
     def _compute_completing(self, state_id: int) -> np.ndarray:
         pending_bytes, *streams = self._states[state_id]
         index = TokenTextIndex.for_vocab(self.vocab)
-        size = len(self.vocab.token_bytes)
+        everything = np.arange(len(self.vocab.token_bytes), dtype=np.int64)
         continuations = self._continuation_map()
-        boundary_only = any("" in continuations[s].get(node, ()) for s, (automaton, stream) in
-                            enumerate(zip(self.automata, streams)) for node in automaton.chain(stream.node))
+        plain = [(s, a, st) for s, (a, st) in enumerate(zip(self.automata, streams)) if isinstance(a, Automaton)]
+        boundary_only = any("" in continuations[s].get(node, ()) for s, automaton, stream in plain
+                            for node in automaton.chain(stream.node))
         if any(stream.pending for stream in streams) or (pending_bytes and boundary_only):
-            return self._verified(state_id, np.arange(size, dtype=np.int64))
+            return self._verified(state_id, everything)
         candidates = [self._begin_candidates()]
         sure: list[np.ndarray] = [self._always_banned]
         if pending_bytes:
             candidates.append(index.continuation_first)
-        for stream, (automaton, state) in enumerate(zip(self.automata, streams)):
+        for automaton, state in zip(self.automata, streams):
+            if not isinstance(automaton, RegexAutomaton):
+                continue
+            found = continuing_tokens(automaton, state.node, state.prev_space, index, bool(pending_bytes))
+            if found is None:  # every token that does not continue the split character completes a match
+                return self._verified(state_id, everything)
+            # After a split character the walk read each token as U+FFFD + its text, which is wrong for
+            # the tokens that continue the character: they are checked as candidates instead.
+            sure.append(token_difference(found, index.continuation_first) if pending_bytes else found)
+        for stream, automaton, state in plain:
             case_sensitive = automaton.case_sensitive
             for node in automaton.chain(state.node):
                 for rest in continuations[stream].get(node, ()):
@@ -446,6 +492,9 @@ class Artefact:
             found = []
             for stream, automaton in enumerate(self.automata):
                 rests: dict[int, set[str]] = {}
+                if not isinstance(automaton, Automaton):  # regex streams: regex_tokens.continuing_tokens
+                    found.append({})
+                    continue
                 for term, pattern in enumerate(self.patterns[stream]):
                     for depth, node in enumerate(automaton.prefix_nodes[term], start=1):
                         if depth < len(pattern):
@@ -455,19 +504,37 @@ class Artefact:
         return found
 
     def _begin_candidates(self) -> np.ndarray:
-        """Tokens in which a match can begin and complete (a superset, from any state without pending bytes)."""
+        """Tokens in which a match can begin and complete (a superset, from any state without pending bytes).
+
+        Regex terms without a sweep add the tokens holding the pieces every match must hold
+        (:func:`~guardrail.matching.regex_tokens.inside_candidates`); with a sweep, only a regex stream whose
+        matches may begin at a token's first character after a word character but not after a non-word
+        one (``\\Bx``) needs them: the sweep reads each token after a non-word character."""
         found = self._start_candidates
         if found is None:
-            if self.sweep is not None:
-                found = np.flatnonzero((self.sweep.flags & 4 == 0).any(axis=0)).astype(np.int64)
-            else:
-                index = TokenTextIndex.for_vocab(self.vocab)
-                parts = [index.containing(t.normalized, t.case_sensitive) for t in self.terms]
-                found = token_set(*parts)
-            self._start_candidates = found
+            found = self._start_candidates = token_set(*self._candidate_parts().values())
         return found
 
+    def _candidate_parts(self) -> dict[int, np.ndarray]:
+        """The parts of :meth:`_begin_candidates`: ``-1`` for the sweep's or the plain terms', else per
+        regex stream."""
+        index = TokenTextIndex.for_vocab(self.vocab)
+        if self.sweep is not None:
+            parts = {-1: np.flatnonzero((self.sweep.flags & 4 == 0).any(axis=0)).astype(np.int64)}
+        else:
+            parts = {-1: token_set(*(index.containing(t.normalized, t.case_sensitive)
+                                     for t in self.terms if not t.regex))}
+        for stream, automaton in enumerate(self.automata):
+            if isinstance(automaton, RegexAutomaton) and (self.sweep is None or automaton.word_context_starts):
+                patterns = [self.terms[term].normalized for term in self.global_ids[stream]]
+                parts[stream] = inside_candidates(patterns, index, automaton.case_sensitive)
+        return parts
+
     def _lazy_always_banned(self) -> np.ndarray:
-        """Always-banned tokens without a sweep: those containing a term, verified one by one."""
-        candidates = self._begin_candidates().tolist()
-        return np.asarray([t for t in candidates if self._hits_from_any_state(t)], dtype=np.int64)
+        """Always-banned tokens without a sweep: those containing a term, verified one by one; a regex
+        stream's candidates only up to :data:`LAZY_REGEX_ALWAYS_BANNED_CANDIDATES`."""
+        parts = self._candidate_parts()
+        self._start_candidates = token_set(*parts.values())
+        kept = [part for stream, part in parts.items()
+                if stream < 0 or len(part) <= LAZY_REGEX_ALWAYS_BANNED_CANDIDATES]
+        return np.asarray([t for t in token_set(*kept).tolist() if self._hits_from_any_state(t)], dtype=np.int64)

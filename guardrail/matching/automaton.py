@@ -78,6 +78,9 @@ class Automaton:
         ValueError: if a pattern is empty.
     """
 
+    #: Not a regex stream (:class:`guardrail.matching.regex_automaton.RegexAutomaton` has the same stepping API).
+    regex = False
+
     def __init__(self, patterns: Sequence[str], allowable: Sequence[bool], allow_patterns: Sequence[str],
                  case_sensitive: bool):
         self.case_sensitive = case_sensitive
@@ -163,6 +166,17 @@ class Automaton:
         if folded is None:
             folded = self._fold[char] = tuple((c, is_word_char(c)) for c in fold_char(char, self.case_sensitive))
         return folded
+
+    def fresh(self, prev_word: bool) -> StreamState:
+        """The state of a stream with nothing in progress after a word (or a non-word) character."""
+        return StreamState(0, prev_word, False, ())
+
+    def completes_inside(self, text: str, prev_word: bool) -> bool:
+        """Whether ``text`` (decoded) completes a term that begins inside it, after a word (or non-word)
+        character; an occurrence an allow-term could cover does not count (the always-banned test)."""
+        local: list[tuple[int, int]] = []
+        self.feed(self.fresh(prev_word), text, local)
+        return any(start >= 0 and not self.allowable[term] for term, start in local)
 
     def chain(self, node: int):
         """The node and its failure-link ancestors, deepest first (the suffixes that are pattern prefixes)."""

@@ -2,7 +2,9 @@
 
 Layout: ``MAGIC`` · ``uint32`` header length (little endian) · UTF-8 JSON header · raw array bytes.
 The header carries the format and compiler versions, the content key, the vocab fingerprint, the term
-tables and, per array, its dtype/shape/offset; a sha256 of the array bytes guards against corruption.
+tables (a regex term with its flag: its DFA is rebuilt from the pattern on decoding, deterministically,
+and the node counts recorded here must come out the same) and, per array, its dtype/shape/offset; a
+sha256 of the array bytes guards against corruption.
 Decoding only ever calls ``json.loads`` and ``numpy.frombuffer`` with dtypes from a fixed allow-list, so
 a blob from a shared cache can be wrong but never executed (docs/design.md, known traps).
 """
@@ -21,7 +23,8 @@ from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
 MAGIC = b"GUARDRAIL-ARTEFACT\n"
-FORMAT_VERSION = 1
+#: 2: terms carry a regex flag; ``regex_nodes`` lists the node count of each regex stream.
+FORMAT_VERSION = 2
 _DTYPES = {"int32", "int64", "uint8"}
 _ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
 
@@ -46,13 +49,20 @@ def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> byte
         "key": key,
         "vocab_fingerprint": artefact.vocab.fingerprint,
         "vocab_size": len(artefact.vocab.token_bytes),
-        "terms": [[t.list_name, t.text, t.normalized, t.match.value, t.case_sensitive] for t in artefact.terms],
+        "terms": [[t.list_name, t.text, t.normalized, t.match.value, t.case_sensitive, t.regex]
+                  for t in artefact.terms],
+        "regex_nodes": _regex_nodes(artefact),
         "allows": [[a.text, a.normalized, a.case_sensitive] for a in artefact.allows],
         "arrays": arrays,
         "sha256": hashlib.sha256(body).hexdigest(),
     }
     raw = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
     return MAGIC + struct.pack("<I", len(raw)) + raw + body
+
+
+def _regex_nodes(artefact: Artefact) -> list[int]:
+    """Node count of each regex stream: the sweep stores their node ids, which must mean the same nodes."""
+    return [a.num_nodes for a in artefact.automata if a.regex]
 
 
 def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: int) -> Artefact:
@@ -83,13 +93,16 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
                 raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")
             chunk = body[spec["offset"]:spec["offset"] + spec["nbytes"]]
             arrays[name] = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
-        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs))
-                 for i, (lst, text, norm, match, cs) in enumerate(header["terms"])]
+        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs), bool(regex))
+                 for i, (lst, text, norm, match, cs, regex) in enumerate(header["terms"])]
         allows = [AllowSpec(text, norm, bool(cs)) for text, norm, cs in header["allows"]]
         sweep = RootSweep(**arrays)
         artefact = Artefact(vocab, terms, allows, sweep=sweep)
         if sweep.node.shape != (len(artefact.automata), len(vocab.token_bytes)):
             raise ArtefactFormatError(f"sweep shape {sweep.node.shape} does not fit the terms and vocab")
+        if _regex_nodes(artefact) != header["regex_nodes"]:
+            raise ArtefactFormatError(f"regex automata rebuilt with {_regex_nodes(artefact)} nodes, "
+                                      f"stored with {header['regex_nodes']}")
         return artefact
     except ArtefactFormatError:
         raise

@@ -20,8 +20,15 @@ from typing import TypeAlias
 
 import numpy as np
 
-from guardrail.matching.artefact import COMPLETING_LIMIT, MEMO_LIMIT, ROOT_STATE, Artefact, Transition
-from guardrail.matching.automaton import Automaton, StreamState
+from guardrail.matching.artefact import (
+    COMPLETING_LIMIT,
+    MEMO_LIMIT,
+    ROOT_STATE,
+    Artefact,
+    StreamAutomaton,
+    Transition,
+)
+from guardrail.matching.automaton import StreamState
 from guardrail.matching.token_text import token_set
 
 
@@ -46,7 +53,7 @@ class CombinedArtefact:
         self.terms = first.terms + tuple(dataclasses.replace(t, term_id=t.term_id + self._term_offset)
                                          for t in second.terms)
         self.allows = first.allows + tuple(a for a in second.allows if a not in first.allows)
-        self.automata: list[Automaton] = [*first.automata, *second.automata]
+        self.automata: list[StreamAutomaton] = [*first.automata, *second.automata]
         self.stream_of = dict(first.stream_of)
         for term_id, (stream, local) in second.stream_of.items():
             self.stream_of[term_id + self._term_offset] = (stream + self._stream_offset, local)

@@ -12,12 +12,14 @@ import hashlib
 from collections.abc import Sequence
 
 from guardrail.matching.artefact import Artefact
+from guardrail.matching.regex_automaton import MAX_REQUEST_REGEX_DFA_STATES
 from guardrail.matching.term_spec import flatten, flatten_allows
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_digest
 
 #: Bump when the artefact's meaning or layout changes: old cached artefacts then miss instead of lying.
-COMPILER_VERSION = 1
+#: 2: regex terms (term table with a regex flag, regex streams after the plain ones).
+COMPILER_VERSION = 2
 
 
 def artefact_key(vocab: TokenVocab, wordlists: Sequence[WordList]) -> str:
@@ -30,8 +32,10 @@ def compile_artefact(vocab: TokenVocab, wordlists: Sequence[WordList]) -> Artefa
     """Compile ``wordlists`` against ``vocab``.
 
     Raises:
-        WordListError: if a term normalises to nothing matchable (e.g. only zero-width characters);
-            the message names the list and the term. Nothing is cached on error.
+        WordListError: if a term normalises to nothing matchable (e.g. only zero-width characters), or a
+            regex term is outside the supported subset or its automaton exceeds the limits
+            (docs/matching.md, "Regex terms"); the message names the list and the term. Nothing is
+            cached on error.
     """
     terms, allows = flatten(wordlists)
     _check_terms(terms)
@@ -54,15 +58,16 @@ def compile_request_artefact(vocab: TokenVocab, wordlists: Sequence[WordList],
             substring terms too, as they would in one joint compile.
 
     Raises:
-        WordListError: as :func:`compile_artefact`.
+        WordListError: as :func:`compile_artefact`; regex terms get the lower automaton limit of request
+            terms (:data:`~guardrail.matching.regex_automaton.MAX_REQUEST_REGEX_DFA_STATES`).
     """
     terms, allows = flatten(wordlists)
     _check_terms(terms)
     joint = {(a.normalized, a.case_sensitive): a for a in (*flatten_allows(alongside), *allows)}
-    return Artefact(vocab, terms, tuple(joint.values()), lazy=True)
+    return Artefact(vocab, terms, tuple(joint.values()), lazy=True, regex_states=MAX_REQUEST_REGEX_DFA_STATES)
 
 
 def _check_terms(terms) -> None:
     for spec in terms:
-        if not any(c.isalnum() for c in spec.normalized):
+        if not spec.regex and not any(c.isalnum() for c in spec.normalized):
             raise WordListError(f"term {spec.text!r} has no letter or digit after normalisation", spec.list_name)

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guardrail.matching.normalize import normalize_term
-from guardrail.wordlists.wordlist import MatchMode, WordList
+from guardrail.matching.regex_term import normalize_pattern
+from guardrail.wordlists.regex_syntax import RegexError
+from guardrail.wordlists.wordlist import MatchMode, Term, WordList, WordListError, written_term
 
 
 @dataclass(frozen=True)
@@ -16,10 +18,14 @@ class TermSpec:
     Attributes:
         term_id: index in the flattened term table (stable for a given word-list content).
         list_name: the word list it comes from (metrics label, events).
-        text: the term as written in the list.
-        normalized: ``text`` after :func:`guardrail.matching.normalize.normalize_term`.
+        text: the term as written in a request (:func:`~guardrail.wordlists.wordlist.written_term`): a regex
+            term with its ``re:`` prefix, a literal text that would read as one with a backslash (``\\re:x``),
+            so that reports tell them apart; any other term as written in its list.
+        normalized: ``text`` after :func:`guardrail.matching.normalize.normalize_term`; for a regex term the
+            pattern over normalised text (:func:`guardrail.matching.regex_term.normalize_pattern`).
         match: ``word`` | ``prefix`` | ``substring``.
         case_sensitive: compared without case folding.
+        regex: a regular-expression term.
     """
 
     term_id: int
@@ -28,6 +34,7 @@ class TermSpec:
     normalized: str
     match: MatchMode
     case_sensitive: bool
+    regex: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,14 +51,34 @@ def flatten(wordlists: Sequence[WordList]) -> tuple[tuple[TermSpec, ...], tuple[
 
     Allow-terms are registered in both case modes so that they cover case-sensitive and
     case-insensitive substring terms alike (they apply to every list compiled alongside them).
+
+    Raises:
+        WordListError: a regex term outside the supported subset (naming the list and the term; the
+            pattern is checked again here since a :class:`~guardrail.wordlists.wordlist.WordList` can be
+            built without parsing).
     """
     terms: list[TermSpec] = []
     for wordlist in wordlists:
         for term in wordlist.terms:
-            norm = normalize_term(term.text, term.case_sensitive)
-            terms.append(TermSpec(len(terms), wordlist.name, term.text, norm, MatchMode(term.match),
-                                  term.case_sensitive))
+            terms.append(term_spec(len(terms), wordlist.name, term))
     return tuple(terms), flatten_allows(wordlists)
+
+
+def term_spec(term_id: int, list_name: str, term: Term) -> TermSpec:
+    """The normalised entry of ``term`` (see :class:`TermSpec`).
+
+    Raises:
+        WordListError: as :func:`flatten`.
+    """
+    written = written_term(term)
+    if not term.regex:
+        norm = normalize_term(term.text, term.case_sensitive)
+        return TermSpec(term_id, list_name, written, norm, MatchMode(term.match), term.case_sensitive)
+    try:
+        pattern = normalize_pattern(term.text, term.case_sensitive)
+    except RegexError as exc:
+        raise WordListError(f"term {written!r}: {exc.reason}", list_name) from None
+    return TermSpec(term_id, list_name, written, pattern, MatchMode(term.match), term.case_sensitive, True)
 
 
 def flatten_allows(wordlists: Sequence[WordList]) -> tuple[AllowSpec, ...]:

@@ -2,6 +2,12 @@
 
 This is the definition the decoder's automaton must agree with (tests compare the two), the engine of
 ``POST /v1/check`` and ``guardrail check``, and the verifier the leak tests use on every streamed prefix.
+
+Regex terms are matched by their character-level DFA (:meth:`RegexAutomaton.scan`), in linear time: a
+backtracking engine such as Python's ``re`` is exponential on some bounded patterns (``(?:a{1,2}){1,25}b``
+takes ~55 s on 60 ``a``), which a ``/v1/check`` request could trigger with its own terms. Python's ``re``
+over the normalised text is the definition (:func:`guardrail.matching.regex_term.reference_pattern`), and the
+tests check this matcher and the token automaton against it (``tests/regex_oracle.py``).
 """
 
 from __future__ import annotations
@@ -12,13 +18,18 @@ from dataclasses import dataclass
 import ahocorasick
 
 from guardrail.matching.normalize import is_word_char, normalize_with_offsets
+from guardrail.matching.regex_automaton import RegexAutomaton, compile_regex_stream
 from guardrail.matching.term_spec import TermSpec, flatten
 from guardrail.wordlists.wordlist import MatchMode, WordList
 
 
 @dataclass(frozen=True)
 class TextMatch:
-    """A banned term found in a text; ``start``/``end`` index the original text (end exclusive)."""
+    """A banned term found in a text; ``start``/``end`` index the original text (end exclusive).
+
+    ``term`` is the term as written (a regex term with its ``re:`` prefix). A regex term is reported once
+    per position where one of its matches ends, from the earliest start of a match ending there (the
+    start the decoder rolls back to)."""
 
     term: str
     list_name: str
@@ -66,22 +77,35 @@ class TextMatcher:
 
     def __init__(self, wordlists: Sequence[WordList]):
         self.terms, self.allows = flatten(wordlists)
-        self._modes: list[tuple[bool, ahocorasick.Automaton, ahocorasick.Automaton | None]] = []
+        self._modes: list[tuple[bool, ahocorasick.Automaton | None, ahocorasick.Automaton | None,
+                                list[TermSpec], RegexAutomaton | None]] = []
         for case_sensitive in (False, True):
             keys: dict[str, list[TermSpec]] = {}
+            regexes: list[TermSpec] = []
             for spec in self.terms:
-                if spec.case_sensitive == case_sensitive:
+                if spec.case_sensitive != case_sensitive:
+                    continue
+                if spec.regex:
+                    regexes.append(spec)
+                else:
                     keys.setdefault(spec.normalized, []).append(spec)
             allow_keys = {a.normalized: a.normalized for a in self.allows if a.case_sensitive == case_sensitive}
             terms = _automaton(keys)
-            if terms is not None:
-                self._modes.append((case_sensitive, terms, _automaton(allow_keys)))
+            dfa = compile_regex_stream(regexes, case_sensitive) if regexes else None
+            if terms is not None or dfa is not None:
+                self._modes.append((case_sensitive, terms, _automaton(allow_keys), regexes, dfa))
 
     def scan(self, text: str) -> list[TextMatch]:
         """All matches in ``text``, overlapping ones included, sorted by (start, end, term)."""
         found: list[TextMatch] = []
-        for case_sensitive, terms, allows in self._modes:
+        for case_sensitive, terms, allows, regexes, dfa in self._modes:
             norm, offsets = normalize_with_offsets(text, case_sensitive)
+            if dfa is not None:  # allow-terms apply to plain substring terms only
+                for term, start, end in dfa.scan(norm):
+                    spec = regexes[term]
+                    found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
+            if terms is None:
+                continue
             allowed = [] if allows is None else [(last + 1 - len(key), last + 1) for last, key in allows.iter(norm)]
             for last, specs in terms.iter(norm):
                 end = last + 1

@@ -15,6 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from guardrail.matching.artefact import ROOT_STATE, Transition
+from guardrail.matching.automaton import Automaton
 from guardrail.matching.combined import ArtefactLike
 
 #: A retry ban covers tokens that begin the rolled-back term at least this many characters deep
@@ -138,9 +139,15 @@ class TokenMatcher:
         at least as deep as the banned one did is banned with it — but never one covering less than half
         the term or fewer than :data:`MIN_RETRY_PREFIX_CHARS` symbols, since short prefixes begin innocent
         words too ("so" for "sorry"). Call it *after* :meth:`rollback_to` ``hit.start_token``.
+
+        A regex term gets none: it has no one spelling whose prefixes could be listed, and a prefix of one
+        of its matches may begin innocent text as easily ("s" for ``s[o0]rry``). Its first token is banned
+        at the position, and every retry is caught by the matcher again (docs/matching.md).
         """
         artefact = self.artefact
         automaton = artefact.automata[hit.stream]
+        if not isinstance(automaton, Automaton):
+            return set()
         prefix_nodes = automaton.prefix_nodes[artefact.stream_of[hit.term_id][1]]
         length = len(prefix_nodes)
         threshold = max(hit.depth, MIN_RETRY_PREFIX_CHARS, (length + 1) // 2)

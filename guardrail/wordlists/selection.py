@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from guardrail.wordlists.regex_syntax import REGEX_PREFIX
 from guardrail.wordlists.wordlist import WordList, bundled_wordlist, load_wordlist, wordlist_from_terms
 
 
@@ -18,6 +19,23 @@ def split_names(values: Iterable[str]) -> list[str]:
     return names
 
 
+def split_terms(values: Iterable[str]) -> list[str]:
+    """As :func:`split_names`, except that a term starting with ``re:`` takes the rest of its value, commas
+    included (``--banned "sorry,re:s[o0]r{1,2}y"`` is two terms: a pattern's ``{m,n}`` holds a comma)."""
+    terms: list[str] = []
+    for value in values:
+        pieces = value.split(",")
+        for at, piece in enumerate(pieces):
+            term = piece.strip()
+            if term.startswith(REGEX_PREFIX):
+                term = ",".join(pieces[at:]).strip()
+            if term and term not in terms:
+                terms.append(term)
+            if term.startswith(REGEX_PREFIX):
+                break
+    return terms
+
+
 def select_wordlists(names: Iterable[str], banned: Iterable[str] = ()) -> list[WordList]:
     """Bundled lists by name (or ``.txt`` paths), plus a ``request`` list of ad-hoc banned terms.
 
@@ -25,7 +43,7 @@ def select_wordlists(names: Iterable[str], banned: Iterable[str] = ()) -> list[W
         WordListError: for an unknown list name, a malformed list file or an invalid banned term.
     """
     lists = [load_wordlist(name) if name.endswith(".txt") else bundled_wordlist(name) for name in split_names(names)]
-    extra = split_names(banned)
+    extra = split_terms(banned)
     if extra:
         lists.append(wordlist_from_terms(extra, name="request"))
     return lists

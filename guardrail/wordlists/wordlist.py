@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from guardrail.wordlists.regex_syntax import REGEX_PREFIX, RegexError, parse_regex
+
 __all__ = [
     "MAX_TERMS",
     "MAX_TERM_CHARS",
     "MatchMode",
+    "REGEX_PREFIX",
     "Term",
     "WordList",
     "WordListError",
@@ -35,8 +38,10 @@ __all__ = [
     "format_wordlist",
     "load_wordlist",
     "parse_wordlist",
+    "split_regex_prefix",
     "wordlist_digest",
     "wordlist_from_terms",
+    "written_term",
 ]
 
 MAX_TERM_CHARS = 256
@@ -64,11 +69,17 @@ class Term:
 
     ``text`` is the term as written in the list (surrounding whitespace stripped, not
     normalised); ``match`` its :class:`MatchMode`; ``case_sensitive`` disables case folding.
+    ``regex``: ``text`` is a regular expression (Python ``re`` syntax, the subset in
+    :mod:`guardrail.wordlists.regex_syntax`) without its ``re:`` prefix, matched against the
+    normalised text under the same match mode and case rule (docs/matching.md, "Regex terms").
+    Build one in code as ``Term("s[o0]rry", MatchMode.WORD, regex=True)``; pass it through
+    :func:`wordlist_from_terms` to have the pattern checked then (compiling checks it too).
     """
 
     text: str
     match: MatchMode
     case_sensitive: bool = False
+    regex: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,8 +155,9 @@ def default_match_mode(text: str) -> MatchMode:
     return MatchMode.WORD
 
 
-def _check_text(text: str, source: str, line: int | None, what: str = "term") -> None:
-    """Raise :class:`WordListError` unless ``text`` (already stripped) is a valid term."""
+def _check_text(text: str, source: str, line: int | None, what: str = "term", regex: bool = False) -> None:
+    """Raise :class:`WordListError` unless ``text`` (already stripped) is a valid term, or a valid
+    pattern of a regex term (``regex``: no letter-or-digit rule, the pattern is parsed instead)."""
     if not text:
         raise WordListError(f"empty {what}", source, line)
     if len(text) > MAX_TERM_CHARS:
@@ -162,6 +174,12 @@ def _check_text(text: str, source: str, line: int | None, what: str = "term") ->
             raise WordListError(
                 f"{what} {text!r} contains the control character U+{ord(char):04X}", source, line
             )
+    if regex:
+        try:
+            parse_regex(text)
+        except RegexError as exc:
+            raise WordListError(f"term {REGEX_PREFIX + text!r}: {exc.reason}", source, line) from None
+        return
     if not any(c.isalnum() for c in text):
         raise WordListError(f"{what} {text!r} has no letter or digit", source, line)
 
@@ -224,6 +242,30 @@ def _unescape(term: str) -> str:
     if term.startswith("\\"):
         return term[1:]
     return term
+
+
+def split_regex_prefix(written: str) -> tuple[str, bool]:
+    """A term as written in a request or on the command line -> ``(text, regex)``.
+
+    ``re:PATTERN`` is the regex term ``PATTERN``; a backslash before ``re:`` (``\\re:...``) makes the
+    rest literal text, one backslash removed (``\\\\re:`` is the literal ``\\re:``); anything else is
+    literal text as is. The inverse of :func:`written_term`.
+    """
+    if written.startswith(REGEX_PREFIX):
+        return written[len(REGEX_PREFIX):].strip(), True
+    if written.startswith("\\") and written.lstrip("\\").startswith(REGEX_PREFIX):
+        return written[1:], False
+    return written, False
+
+
+def written_term(term: Term) -> str:
+    """``term``'s text as a request or a list line writes it: ``re:`` before a pattern, a backslash
+    before a literal text that would read as one (``\\re:...``). Inverse of :func:`split_regex_prefix`."""
+    if term.regex:
+        return REGEX_PREFIX + term.text
+    if term.text.lstrip("\\").startswith(REGEX_PREFIX):
+        return "\\" + term.text
+    return term.text
 
 
 class _Collector:
@@ -290,11 +332,13 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
             continue
         raw_term, options_text = _split_options(entry)
         options = _parse_options(options_text, source, line_no) if options_text else {}
-        term_text = _unescape(raw_term.strip()).strip()
-        _check_text(term_text, source, line_no)
+        raw_term = raw_term.strip()
+        regex = raw_term.startswith(REGEX_PREFIX)
+        term_text = raw_term[len(REGEX_PREFIX):].strip() if regex else _unescape(raw_term).strip()
+        _check_text(term_text, source, line_no, regex=regex)
         match = options.get("match", match_default or default_match_mode(term_text))
         case_sensitive = options.get("case", case_default)
-        collector.add_term(Term(term_text, MatchMode(match), bool(case_sensitive)), line_no)
+        collector.add_term(Term(term_text, MatchMode(match), bool(case_sensitive), regex), line_no)
     return collector.build(name)
 
 
@@ -355,10 +399,12 @@ def bundled_wordlist(name: str) -> WordList:
 def wordlist_from_terms(terms: Iterable[str | Term], name: str = "request") -> WordList:
     """Build a list from terms given in a request (``banned_terms``) or on the command line.
 
-    Strings get :func:`default_match_mode` and case-insensitive matching; :class:`Term`
-    objects keep their options. Surrounding whitespace is stripped, exact duplicates are
-    collapsed. Raises :class:`WordListError` with source ``"<request>"`` and ``line`` = the
-    1-based index of the offending term, under the same rules as :func:`parse_wordlist`.
+    Strings get :func:`default_match_mode` and case-insensitive matching; a string written
+    ``re:PATTERN`` is a regex term, ``\\re:...`` the literal text (:func:`split_regex_prefix`).
+    :class:`Term` objects keep their options, ``regex`` included (their text is never read for a
+    prefix). Surrounding whitespace is stripped, exact duplicates are collapsed. Raises
+    :class:`WordListError` with source ``"<request>"`` and ``line`` = the 1-based index of the
+    offending term, under the same rules as :func:`parse_wordlist`.
     """
     source = "<request>"
     collector = _Collector(source)
@@ -372,18 +418,21 @@ def _request_term(item: object, source: str, index: int) -> Term:
     text: object  # a caller's item: checked to be a str below
     if isinstance(item, Term):
         text, match, case_sensitive = item.text, item.match, bool(item.case_sensitive)
+        regex = bool(item.regex)
     else:
-        text, match, case_sensitive = item, None, False
+        text, match, case_sensitive, regex = item, None, False, False
     if not isinstance(text, str):
         raise WordListError(
             f"term must be a string, got {type(text).__name__}", source, index
         )
+    if not isinstance(item, Term):
+        text, regex = split_regex_prefix(text.strip())
     text = text.strip()
-    _check_text(text, source, index)
+    _check_text(text, source, index, regex=regex)
     if match is None:
-        return Term(text, default_match_mode(text))
+        return Term(text, default_match_mode(text), regex=regex)
     try:
-        return Term(text, MatchMode(match), case_sensitive)
+        return Term(text, MatchMode(match), case_sensitive, regex)
     except ValueError:
         raise WordListError(
             f"invalid match mode {match!r} for term {text!r}", source, index
@@ -391,8 +440,8 @@ def _request_term(item: object, source: str, index: int) -> Term:
 
 
 def _format_term(term: Term) -> str:
-    text = term.text
-    if text.startswith(_ESCAPED_LEADERS):
+    text = written_term(term)
+    if not term.regex and text.startswith(_ESCAPED_LEADERS) and text == term.text:
         text = "\\" + text
     options = []
     if term.match != default_match_mode(term.text):
@@ -418,7 +467,8 @@ def format_wordlist(wordlist: WordList) -> str:
 
 
 def wordlist_digest(wordlists: Sequence[WordList]) -> str:
-    """sha256 hex of the identity of ``wordlists``: names, terms with their options, allow-terms.
+    """sha256 hex of the identity of ``wordlists``: names, terms with their options (regex-ness
+    included: ``re:ab`` and the literal ``ab`` differ), allow-terms.
 
     Independent of the order of the lists, of the terms and of the allow-terms, so the
     compiled-artefact key only changes when the content does.
@@ -428,7 +478,8 @@ def wordlist_digest(wordlists: Sequence[WordList]) -> str:
             {
                 "name": wl.name,
                 "terms": sorted(
-                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive)) for t in wl.terms}
+                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive), bool(t.regex))
+                     for t in wl.terms}
                 ),
                 "allow": sorted(set(wl.allow)),
             }
@@ -437,7 +488,7 @@ def wordlist_digest(wordlists: Sequence[WordList]) -> str:
         key=lambda d: json.dumps(d, ensure_ascii=False, sort_keys=True),
     )
     payload = json.dumps(
-        {"format": "guardrail-wordlists/1", "lists": canonical},
+        {"format": "guardrail-wordlists/2", "lists": canonical},
         ensure_ascii=False,
         sort_keys=True,
         separators=(",", ":"),

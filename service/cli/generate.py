@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 
+from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EVASION_GUARD_MODES
 from service.cli.main import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
 
 
@@ -56,6 +57,9 @@ def add_generate_command(subparsers) -> argparse.ArgumentParser:
                         help="add BIAS in [-100, 100] to token ID's logit (default: none)")
     parser.add_argument("--watermark", action="store_true", help="add the green-list watermark")
     parser.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit in seconds")
+    parser.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, default=DEFAULT_EVASION_GUARD,
+                        help="substring: a term that caused a rollback is also matched as a substring for the rest "
+                        "of the answer (glued and _-joined forms); off: terms keep their own match mode")
     add_json_option(parser)
     parser.set_defaults(handler=run_generate)
     return parser
@@ -70,7 +74,7 @@ def run_generate(args: argparse.Namespace) -> int:
     guard = Guard.load_lists(args.model, wordlists)
     params = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                   seed=args.seed, stop=tuple(args.stop), logit_bias=args.logit_bias, watermark=args.watermark,
-                  timeout_s=args.timeout)
+                  timeout_s=args.timeout, evasion_guard=args.evasion_guard)
     source = {"prompt": args.prompt} if args.prompt is not None else {
         "messages": [{"role": "user", "content": args.chat}]}
     out = sys.stderr if args.json else sys.stdout

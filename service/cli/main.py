@@ -42,7 +42,8 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
     parser.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                         help=f"word lists: bundled names or .txt files (default: {','.join(default)})")
     parser.add_argument("--banned", action="append", default=[], metavar='"a,b"',
-                        help="extra banned terms, comma-separated (repeatable; default: none)")
+                        help="extra banned terms, comma-separated (repeatable; default: none); re:PATTERN is a "
+                             "regex term and takes the rest of the value, commas included")
     parser.set_defaults(default_wordlists=list(default))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from guardrail.guard.escalation import EVASION_GUARD_MODES
 from guardrail.wordlists.selection import split_names
 
 
@@ -32,6 +33,9 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                        help="default word lists: stored names or .txt files (default: GUARDRAIL_WORDLISTS, else en)")
     serve.add_argument("--redis-url", default=None, help="share lists and artefacts through Redis "
                        "(default: GUARDRAIL_REDIS_URL; unset = embedded store)")
+    serve.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, default=None,
+                       help="match a term that caused a rollback as a substring for the rest of the answer "
+                       "(default: GUARDRAIL_EVASION_GUARD, else substring)")
     serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR "
                        "(default: GUARDRAIL_LOG_LEVEL, else INFO)")
     serve.set_defaults(handler=run_serve)
@@ -57,6 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides["redis_url"] = args.redis_url
     if args.log_level is not None:
         overrides["log_level"] = args.log_level
+    if args.evasion_guard is not None:
+        overrides["evasion_guard"] = args.evasion_guard
     settings = Settings(**overrides)
     configure_logging(settings.log_level)  # before uvicorn's first lines
     app = create_app(settings)

@@ -16,11 +16,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
+from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, check_regex_terms
 from guardrail.wordlists.wordlist import WordList, WordListError, parse_wordlist, wordlist_from_terms
 from service.auth import require_admin
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.request_lists import invalid_term
+from service.request_lists import check_compiles, invalid_term
 from service.runtime import Runtime
 from service.schemas.terms import to_terms
 from service.schemas.wordlists import (
@@ -114,11 +115,13 @@ def _build(name: str, body: WordListIn, limit: int) -> WordList:
     size = len(body.terms) + len(body.allow)
     if size > limit:
         raise _TooLarge(size)
+    items = to_terms(body.terms)
     try:
-        terms = wordlist_from_terms(to_terms(body.terms), name=name).terms
+        wordlist = wordlist_from_terms(items, name=name)
     except WordListError as exc:
         raise invalid_term(exc, "terms") from None
-    return WordList(name, terms, _allow_terms(name, body.allow))
+    check_compiles(wordlist, items, "terms", MAX_REGEX_DFA_STATES)
+    return WordList(name, wordlist.terms, _allow_terms(name, body.allow))
 
 
 def _summary(runtime: Runtime, stored: StoredWordList) -> WordListSummary:
@@ -178,10 +181,13 @@ def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runti
                    response: Response, if_match: IfMatch = None) -> WordListSummary:
     precondition = _precondition(if_match, None)
     limit = runtime.settings.max_list_terms
+    items = to_terms(body.add)
     try:
-        add = wordlist_from_terms(to_terms(body.add), name=name).terms if body.add else ()
+        additions = wordlist_from_terms(items, name=name)
     except WordListError as exc:
         raise invalid_term(exc, "add") from None
+    check_compiles(additions, items, "add", MAX_REGEX_DFA_STATES)
+    add = additions.terms
 
     def compute(current: StoredWordList | None) -> Change:
         if current is None:
@@ -191,10 +197,15 @@ def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runti
         size = len(change.wordlist.terms) + len(change.wordlist.allow)
         if size > limit:
             raise _TooLarge(size)
+        if any(term.regex for term in add):  # fine alone, but together with the list's regex terms?
+            check_regex_terms(change.wordlist, MAX_REGEX_DFA_STATES)
         return change
 
-    with _store_errors(runtime):
-        stored = runtime.store.write(name, compute, precondition, token_id)
+    try:
+        with _store_errors(runtime):
+            stored = runtime.store.write(name, compute, precondition, token_id)
+    except WordListError as exc:  # raised by compute: nothing was written
+        raise invalid_term(WordListError(exc.reason, exc.source), "add") from None
     assert stored is not None
     runtime.catalog.apply_local(name, stored)
     response.headers["ETag"] = stored.etag

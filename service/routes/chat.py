@@ -38,11 +38,11 @@ class ChatShape:
     def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
         return self._chunk(c, index, {}, reason)
 
-    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, int]) -> dict[str, Any]:
+    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
         return {"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
                 "choices": [], "usage": usage}
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]:
+    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]:
         return {
             "id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
             "choices": [{"index": i, "message": {"role": "assistant", "content": f.text}, "logprobs": None,

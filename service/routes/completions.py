@@ -38,11 +38,11 @@ class CompletionShape:
     def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
         return self._chunk(c, index, "", reason)
 
-    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, int]) -> dict[str, Any]:
+    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
         return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
                 "choices": [], "usage": usage}
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, int]) -> dict[str, Any]:
+    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]:
         return {
             "id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
             "choices": [{"index": i, "text": f.text, "logprobs": None, "finish_reason": f.reason}

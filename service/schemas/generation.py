@@ -7,7 +7,7 @@ Fields this service cannot honour and that change what the answer means (``tools
 :data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
 fields (``metadata``, ``store``, ``service_tier`` …) are ignored, as OpenAI-compatible servers commonly do.
 Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
-``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``.
+``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``speculative``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from guardrail.guard.escalation import EvasionGuard
 from service.schemas.terms import TermItem, TermText
 from service.schemas.text import Text
 
@@ -87,6 +88,13 @@ class GenerationFields(BaseModel):
     max_rollbacks: int | None = Field(
         None, ge=0, description="Rollback budget of this request (at most the server's); when spent the "
         "answer ends before the term with finish_reason content_filter.")
+    evasion_guard: EvasionGuard | None = Field(
+        None, description="substring: once a term caused a rollback, it is also matched as a substring for the rest "
+        "of the answer (glued and _-joined forms); edit: also with one edit of tolerance (terms of 5+ letters); "
+        "off: terms keep their own match mode. Omitted = the server's.")
+    speculative: bool = Field(
+        True, description="false: no speculative decoding for this request (the server's "
+        "GUARDRAIL_SPECULATIVE_TOKENS otherwise; the answer is the same either way, only the speed differs).")
 
     def request_terms(self) -> list[TermItem]:
         return [*(self.banned_terms or []), *(self.bad_words or []), *(self.banned_strings or [])]
@@ -164,6 +172,10 @@ class CompletionRequest(GenerationFields):
 FinishReason = Literal["stop", "length", "content_filter"]
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="Prompt tokens served from the prefix cache.")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
@@ -171,6 +183,9 @@ class Usage(BaseModel):
     rollbacks: int = Field(description="Rollbacks caused by banned terms (extension).")
     forward_passes: int = Field(description="Model forward passes (extension).")
     reprefills: int = Field(description="Rollbacks that re-prefilled the KV cache (extension).")
+    draft_tokens: int = Field(description="Tokens drafted and verified (speculative decoding; extension).")
+    accepted_draft_tokens: int = Field(description="Drafted tokens accepted (extension).")
+    prompt_tokens_details: PromptTokensDetails
 
 
 class AssistantMessage(BaseModel):

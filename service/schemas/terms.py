@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.wordlists.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode
+from guardrail.wordlists.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode, split_regex_prefix
 from service.schemas.text import Text
 
 # Pydantic checks the length (so the schema documents it); the core (wordlist_from_terms) checks the
@@ -15,16 +15,19 @@ from service.schemas.text import Text
 
 class TermIn(BaseModel):
     """A term with options (docs/wordlists.md): ``match`` defaults by script (word, or substring for
-    scripts written without spaces), ``case_sensitive`` to false."""
+    scripts written without spaces), ``case_sensitive`` to false. ``text`` written ``re:PATTERN`` is a
+    regex term (``\\re:`` for the literal text), as in a plain string item."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: Text = Field(min_length=1, max_length=MAX_TERM_CHARS, examples=["darn"])
+    text: Text = Field(min_length=1, max_length=MAX_TERM_CHARS, examples=["darn", "re:d[a4]rn"],
+                       description="The term, or re:PATTERN for a regular expression (docs/wordlists.md).")
     match: MatchMode | None = None
     case_sensitive: bool = False
 
     def to_term(self) -> Term:
-        return Term(self.text.strip(), self.match or default_match_mode(self.text.strip()), self.case_sensitive)
+        text, regex = split_regex_prefix(self.text.strip())
+        return Term(text, self.match or default_match_mode(text), self.case_sensitive, regex)
 
 
 TermText = Annotated[Text, Field(min_length=1, max_length=MAX_TERM_CHARS)]

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.wordlists.wordlist import MatchMode
+from guardrail.wordlists.wordlist import MatchMode, written_term
 from service.schemas.terms import TermItem, TermText
 from service.stores.store import AuditRecord, StoredWordList
 
@@ -31,7 +31,7 @@ class WordListPatch(BaseModel):
 
 
 class TermOut(BaseModel):
-    text: str
+    text: str = Field(description="As written in a request: re:PATTERN for a regex term (a body can be sent back).")
     match: MatchMode
     case_sensitive: bool
 
@@ -52,7 +52,7 @@ class WordListOut(BaseModel):
             version=stored.version,
             etag=stored.etag,
             updated_at=stored.updated_at,
-            terms=[TermOut(text=t.text, match=t.match, case_sensitive=t.case_sensitive) for t in wl.terms],
+            terms=[TermOut(text=written_term(t), match=t.match, case_sensitive=t.case_sensitive) for t in wl.terms],
             allow=list(wl.allow),
         )
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal, Protocol
 
-from guardrail.wordlists.wordlist import Term, WordList, wordlist_from_terms
+from guardrail.wordlists.wordlist import Term, WordList, split_regex_prefix, wordlist_from_terms
 
 Action = Literal["create", "replace", "update", "delete", "seed"]
 
@@ -140,15 +140,20 @@ def replacement(current: StoredWordList | None, new: WordList, action: Action | 
     return Change(new, chosen, len(new_terms - old_terms), len(old_terms - new_terms))
 
 
-def _same_term(term: Term, text: str) -> bool:
-    if term.case_sensitive:
-        return term.text == text.strip()
-    return term.text.casefold() == text.strip().casefold()
+def _same_term(term: Term, written: str) -> bool:
+    """``written`` (as in a request: ``re:PATTERN`` for a regex term) names ``term``; a pattern compares
+    exactly, a literal text case-insensitively unless the term is case-sensitive."""
+    text, regex = split_regex_prefix(written.strip())
+    if regex != term.regex:
+        return False
+    if term.case_sensitive or regex:
+        return term.text == text
+    return term.text.casefold() == text.casefold()
 
 
 def patched(current: StoredWordList, add: Iterable[str | Term], remove: Sequence[str]) -> Change:
     """The change adding ``add`` and removing every term whose text equals one of ``remove``
-    (case-insensitively for case-insensitive terms).
+    (case-insensitively for case-insensitive terms; ``re:PATTERN`` names a regex term).
 
     Raises:
         guardrail.wordlists.wordlist.WordListError: an added term is invalid (``line`` = its 1-based index).

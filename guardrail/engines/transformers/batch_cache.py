@@ -14,9 +14,10 @@ rows. Then:
   are holes in every row are trimmed. Keys carry their RoPE rotation already, so moving a column does
   not change what it means; the causal mask only compares a query column with earlier columns, all of
   which stay earlier.
-* **join**: a new row is prefilled batch-1 (its own ``DynamicCache``, in chunks when long, see
-  :class:`RowPrefill`) and concatenated on the batch dim, left-padded with mask-0 columns (or the batch
-  is left-padded when the new row is longer).
+* **join**: new rows are prefilled as a group (one forward pass per chunk for the group, right-padded, see
+  :class:`Prefill`; a prompt head found in the prefix cache is loaded, not fed) and concatenated on the
+  batch dim, left-padded with mask-0 columns (or the batch is left-padded when the group is wider); a
+  row's right padding is holes like any other.
 * **leave**: ``index_select`` of the remaining rows on the batch dim, then the trim.
 
 Why this layout: it keeps transformers' own cache, mask builder (``masking_utils.create_causal_mask``
@@ -49,61 +50,136 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from guardrail.engines.transformers.kv_cache import has_sliding_layers
+from guardrail.engines.transformers.prefix_cache import CachedPrefix
 
 #: Holes a row may hold before it is compacted. A hole costs one masked column per step for the batch;
 #: compaction copies the row's whole cache once. 64 columns ~ one rollback of a long phrase plus slack.
 DEFAULT_COMPACT_AT = 64
-#: Prompt tokens per prefill forward pass: a long prompt is prefilled in chunks so running rows get a
-#: decode step between chunks (a 2,048-token prompt costs SmolLM2 ~1 s on 2 cores in one pass).
-DEFAULT_PREFILL_CHUNK = 256
+#: Prompt tokens (rows x columns) per prefill forward pass: a long prompt is prefilled in chunks so running
+#: rows get a decode step between chunks (a 2,048-token prompt costs SmolLM2 ~1 s on 2 cores in one pass);
+#: 512 takes the usual chat burst (8 prompts of < 64 tokens after the cached head) in one pass.
+DEFAULT_PREFILL_CHUNK = 512
 
 
-class RowPrefill:
-    """The batch-1 prefill of one joining row, fed in chunks.
+class Prefill:
+    """The prefill of a group of joining rows, in one forward pass per chunk for the whole group.
+
+    Rows are right-padded to the longest prompt of the group (after the cached heads): a row's padding
+    columns sit after its prompt, masked, so once the group joins the batch they are simply holes of that
+    row (see the module docstring); every query of a padding column still sees its row's earlier tokens, so
+    no attention row is empty. A long group is fed in chunks of ``chunk`` tokens (rows x columns) per
+    forward pass, so running rows get a decode step between chunks.
 
     Args:
         model: the causal LM.
-        token_ids: the prompt, not empty.
-        chunk: prompt tokens per forward pass (>= 1).
+        prompts: one prompt per row, each not empty and longer than ``head.length``.
+        chunk: tokens (rows x columns) per forward pass at most (>= 1; at least one column is fed).
+        heads: optional, per row a :class:`~guardrail.engines.transformers.prefix_cache.CachedPrefix`
+            of the same length for every row (``None`` for none): those prompt tokens are loaded, not fed.
 
     Attributes:
-        cache: the row's own ``DynamicCache`` (full-attention layers only).
-        done: True once every prompt token was fed; then ``logits`` holds the next-token logits
-            ``(1, vocab)`` float32.
+        cache: the group's own ``DynamicCache`` (full-attention layers only), ``(rows, kv_heads, columns,
+            head_dim)`` per layer.
+        mask: ``(rows, columns)`` bool, the live columns of each row.
+        lengths: prompt tokens of each row (its next position id once done).
+        head_length: tokens of each prompt loaded from ``heads`` (0 without).
+        done: True once every prompt token was fed; then ``logits`` holds each row's next-token logits
+            ``(rows, vocab)`` float32.
         forward_passes: chunks fed so far.
 
     Raises:
-        ValueError: empty ``token_ids`` or ``chunk < 1``.
+        ValueError: no rows, an empty prompt, ``chunk < 1``, heads of different lengths, or a head as long
+            as its prompt.
     """
 
-    def __init__(self, model, token_ids: Sequence[int], chunk: int = DEFAULT_PREFILL_CHUNK):
-        if not token_ids:
-            raise ValueError("token_ids must not be empty")
+    def __init__(self, model, prompts: Sequence[Sequence[int]], chunk: int = DEFAULT_PREFILL_CHUNK,
+                 heads: Sequence[CachedPrefix] | None = None):
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts must be a non-empty list of non-empty token id lists")
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.model = model
-        self.token_ids = [int(t) for t in token_ids]
+        self.token_ids = [[int(t) for t in p] for p in prompts]
         self.chunk = chunk
+        self.lengths = [len(p) for p in self.token_ids]
         self.cache = DynamicCache(config=model.config)
-        self.fed = 0
+        self.head_length = 0
+        if heads is not None:
+            if len(heads) != len(prompts) or len({h.length for h in heads}) != 1:
+                raise ValueError("heads: one per row, all of the same length")
+            self.head_length = heads[0].length
+            if self.head_length >= min(self.lengths):
+                raise ValueError("heads: a head must leave at least one prompt token to feed")
+            layers = _dynamic_layers(self.cache)
+            for layer, parts in zip(layers, zip(*(h.layers for h in heads), strict=True), strict=True):
+                layer.update(torch.cat([k for k, _ in parts]), torch.cat([v for _, v in parts]))
+        rest = [p[self.head_length:] for p in self.token_ids]
+        self.width = max(len(r) for r in rest)
+        self._ids = torch.zeros((len(rest), self.width), dtype=torch.long)
+        self.mask = torch.zeros((len(rest), self.head_length + self.width), dtype=torch.bool)
+        self.mask[:, :self.head_length] = True
+        for row, ids in enumerate(rest):
+            self._ids[row, :len(ids)] = torch.tensor(ids)
+            self.mask[row, self.head_length:self.head_length + len(ids)] = True
+        self._last = torch.tensor([len(r) - 1 for r in rest])  # each row's last prompt column, after the head
+        self.fed = 0  # columns after the head fed so far
         self.forward_passes = 0
         self.logits: torch.Tensor | None = None
+        self._logits: list[torch.Tensor | None] = [None] * len(rest)
+
+    @property
+    def rows(self) -> int:
+        return len(self.token_ids)
 
     @property
     def done(self) -> bool:
-        return self.fed == len(self.token_ids)
+        return self.fed == self.width
 
     @torch.inference_mode()
-    def advance(self) -> bool:
-        """Feed the next chunk (one forward pass); return :attr:`done`."""
-        piece = self.token_ids[self.fed:self.fed + self.chunk]
-        ids = torch.tensor([piece], dtype=torch.long)
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        self.fed += len(piece)
+    def advance(self, budget: int | None = None) -> int:
+        """Feed the next chunk of columns (one forward pass) for every row.
+
+        Args:
+            budget: tokens (rows x columns) this pass may spend (default :attr:`chunk`); at least one
+                column is fed whatever the budget.
+
+        Returns:
+            Tokens spent (rows x columns fed, padding included).
+        """
+        columns = max(1, min(self.chunk if budget is None else budget, self.chunk) // self.rows)
+        columns = min(columns, self.width - self.fed)
+        start = self.fed
+        head = self.head_length
+        ids = self._ids[:, start:start + columns]
+        positions = torch.arange(head + start, head + start + columns).expand(self.rows, columns)
+        mask = self.mask[:, :head + start + columns]
+        # Each row's logits at its last prompt column (clamped into this chunk: rows that end elsewhere get
+        # a column they ignore). No padding, no holes: no mask, so sdpa takes the causal path the single-stream
+        # prefill takes.
+        keep = (self._last - start).clamp(0, columns - 1).unsqueeze(1)
+        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        self.fed += columns
         self.forward_passes += 1
+        for row, last in enumerate(self._last.tolist()):
+            if start <= last < start + columns:
+                self._logits[row] = out.logits[row, -1].float()
         if self.done:
-            self.logits = out.logits[:, -1, :].float()
-        return self.done
+            self.logits = torch.stack([t for t in self._logits if t is not None])
+        return self.rows * columns
+
+    def prompt_layers(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``row``'s prompt keys and values per layer, ``(1, kv_heads, prompt tokens, head_dim)`` views
+        (its prompt sits in columns ``[0, lengths[row])``: the head, then the fed tokens).
+
+        Raises:
+            ValueError: the prefill is not done.
+        """
+        if not self.done:
+            raise ValueError("the group's prefill is not done")
+        length = self.lengths[row]
+        layers = map(_kv, _dynamic_layers(self.cache))
+        return [(k[row:row + 1, :, :length], v[row:row + 1, :, :length]) for k, v in layers]
 
 
 def _pad_left(tensor: torch.Tensor, columns: int) -> torch.Tensor:
@@ -188,34 +264,41 @@ class BatchKVCache:
 
     # -- rows join and leave -------------------------------------------------------------------------
     @torch.inference_mode()
-    def join(self, key: Hashable, prefill: RowPrefill) -> None:
-        """Add a prefilled row (its cache is moved in; the prefill must not be used afterwards).
+    def join(self, keys: Sequence[Hashable], prefill: Prefill) -> None:
+        """Add a prefilled group of rows, named ``keys`` (its cache is moved in: the prefill must not be used
+        afterwards). The shorter of the batch and the group is left-padded with masked columns; a row whose
+        right padding passes ``compact_at`` holes is compacted.
 
         Raises:
-            ValueError: ``key`` is already a row, or the prefill is not done.
+            ValueError: a key is already a row, ``keys`` does not name every row of the group, or the
+                prefill is not done.
         """
-        if key in self.keys:
-            raise ValueError("this row already joined")
+        if any(key in self.keys for key in keys) or len(set(keys)) != len(keys):
+            raise ValueError("a row joined twice")
+        if len(keys) != prefill.rows:
+            raise ValueError(f"need one key per prefilled row ({prefill.rows}), got {len(keys)}")
         if not prefill.done:
-            raise ValueError("the row's prefill is not done")
-        length = len(prefill.token_ids)
+            raise ValueError("the group's prefill is not done")
+        width = prefill.mask.shape[1]
         if self.cache is None or not self.keys:
             self.cache = prefill.cache
-            self.mask = torch.ones((1, length), dtype=torch.bool)
+            self.mask = prefill.mask.clone()
         else:
-            columns = max(self.columns, length)
+            columns = max(self.columns, width)
             for layer, new in zip(self._layers(), _dynamic_layers(prefill.cache), strict=True):
-                (keys, values), (new_keys, new_values) = _kv(layer), _kv(new)
-                layer.keys = torch.cat([_pad_left(keys, columns - self.columns),
-                                        _pad_left(new_keys, columns - length)], dim=0)
-                layer.values = torch.cat([_pad_left(values, columns - self.columns),
-                                          _pad_left(new_values, columns - length)], dim=0)
-            row = torch.zeros((1, columns), dtype=torch.bool)
-            row[0, columns - length:] = True
+                (old_keys, old_values), (new_keys, new_values) = _kv(layer), _kv(new)
+                layer.keys = torch.cat([_pad_left(old_keys, columns - self.columns),
+                                        _pad_left(new_keys, columns - width)], dim=0)
+                layer.values = torch.cat([_pad_left(old_values, columns - self.columns),
+                                          _pad_left(new_values, columns - width)], dim=0)
             old = torch.cat([torch.zeros((len(self.keys), columns - self.columns), dtype=torch.bool), self.mask], 1)
-            self.mask = torch.cat([old, row], dim=0)
-        self.keys.append(key)
-        self._lengths.append(length)
+            joined = torch.cat([torch.zeros((prefill.rows, columns - width), dtype=torch.bool), prefill.mask], 1)
+            self.mask = torch.cat([old, joined], dim=0)
+        self.keys.extend(keys)
+        self._lengths.extend(prefill.lengths)
+        for key in keys:
+            if self.holes(key) > self.compact_at:
+                self.compact(key)
 
     @torch.inference_mode()
     def leave(self, key: Hashable) -> None:
@@ -311,3 +394,36 @@ class BatchKVCache:
         self.mask = mask
         self._lengths = [n + 1 for n in self._lengths]
         return out.logits[:, -1, :].float()
+
+    @torch.inference_mode()
+    def forward_spans(self, spans: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Feed a span of tokens per row (in :attr:`keys` order; speculative decoding's verification) as
+        ``w = max span`` new columns; a shorter span's extra columns are holes of its row. Returns, per row,
+        the logits after each of its tokens, ``(len(span), vocab)`` float32.
+
+        Raises:
+            ValueError: not one non-empty span per row.
+        """
+        if len(spans) != len(self.keys) or not self.keys or any(not span for span in spans):
+            raise ValueError(f"need one non-empty span per row ({len(self.keys)}), got {len(spans)}")
+        width = max(len(span) for span in spans)
+        rows = len(spans)
+        ids = torch.zeros((rows, width), dtype=torch.long)
+        live = torch.zeros((rows, width), dtype=torch.bool)
+        for row, span in enumerate(spans):
+            ids[row, :len(span)] = torch.tensor(list(span), dtype=torch.long)
+            live[row, :len(span)] = True
+        positions = torch.tensor(self._lengths, dtype=torch.long).unsqueeze(1) + torch.arange(width)
+        mask = torch.cat([self.mask, live], dim=1)
+        full = bool(mask.all())  # one row, or equal spans and no holes: sdpa's causal path, as alone
+        out = self.model(input_ids=ids, attention_mask=None if full else mask, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=0)
+        self.mask = mask
+        self._lengths = [n + len(span) for n, span in zip(self._lengths, spans, strict=True)]
+        logits = out.logits.float()
+        result = [logits[row, :len(span)].clone() for row, span in enumerate(spans)]
+        for key in list(self.keys):
+            if self.holes(key) > self.compact_at:
+                self.compact(key)
+        return result
+

@@ -6,10 +6,14 @@ per-request loop of :class:`~guardrail.engines.transformers.decoder.StreamingDec
 "run the forward pass for this token" is handed to the scheduler instead of run at once. One
 :meth:`BatchedDecoder.step`:
 
-1. admits waiting requests (up to ``max_batch`` rows) and spends at most ``prefill_chunk`` prompt tokens on
-   their batch-1 prefills (:class:`~guardrail.engines.transformers.batch_cache.RowPrefill`): a long prompt
-   takes several steps, so running rows keep streaming while it is prefilled; a finished prefill joins the
-   batch cache;
+1. admits waiting requests (up to ``max_batch`` rows): each looks up its prompt head in the prefix cache
+   (:mod:`~guardrail.engines.transformers.prefix_cache`), and the rows admitted together are prefilled as
+   groups, one forward pass per chunk for a whole group
+   (:class:`~guardrail.engines.transformers.batch_cache.Prefill`; rows with the same cached head length and
+   little padding share a group). At most ``prefill_chunk`` tokens are spent per step, so a long prompt
+   takes several steps while running rows keep streaming; a finished group joins the batch cache and puts
+   its prompts' heads in the prefix cache. A burst of 8 chat requests costs one prefill pass, not 8, which
+   is what keeps the time to first token at 8 streams near that of one (bench/batching.py);
 2. lets every running row pick from its kept logits until it keeps a token (rollbacks re-pick from the
    kept logits of their target: no forward pass; the row's cache columns past it become holes,
    :meth:`BatchKVCache.rollback_to`) or finishes (the row leaves the batch);
@@ -38,7 +42,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import torch
@@ -47,19 +50,27 @@ from guardrail.engines.transformers.batch_cache import (
     DEFAULT_COMPACT_AT,
     DEFAULT_PREFILL_CHUNK,
     BatchKVCache,
-    RowPrefill,
+    Prefill,
 )
-from guardrail.engines.transformers.decoder import StreamingDecoder, _Generation
+from guardrail.engines.transformers.decoder import StreamingDecoder, _Feed, _Generation
 from guardrail.engines.transformers.kv_cache import has_sliding_layers
+from guardrail.engines.transformers.prefix_cache import (
+    BLOCK_TOKENS,
+    DEFAULT_PREFIX_CACHE_BYTES,
+    CachedPrefix,
+    PrefixCache,
+)
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event, Finish, TextDelta, Usage
-from guardrail.guard.session import FINISH, KEEP
 from guardrail.matching.combined import ArtefactLike
 
 log = logging.getLogger("guardrail.engines.transformers.batched")
 
 #: Rows per step by default: the aggregate-throughput knee of SmolLM2 on 2 CPU cores (bench/batching.py).
 DEFAULT_MAX_BATCH = 8
+#: A prefill group may spend this share of its tokens on padding at most (rows x longest prompt <=
+#: (1 + share) x the group's prompt tokens): grouping saves passes, padding costs compute.
+MAX_PREFILL_PADDING = 0.5
 
 
 class Request:
@@ -71,6 +82,7 @@ class Request:
         cancel: set it to end the generation at the next step with ``Finish(reason="cancelled")``.
         submitted_at, started_at, first_token_at: ``time.perf_counter()`` when it was submitted, when its
             prefill began, when its first text was released (``None`` until then).
+        cached_tokens: prompt tokens loaded from the prefix cache instead of prefilled (set at admission).
         finished: True once its :class:`Finish` was handed out.
     """
 
@@ -84,17 +96,11 @@ class Request:
         self.submitted_at = time.perf_counter()
         self.started_at: float | None = None
         self.first_token_at: float | None = None
+        self.cached_tokens = 0
         self.finished = False
 
     def __repr__(self) -> str:
         return f"Request({self.id})"
-
-
-@dataclass(frozen=True)
-class _Feed:
-    """A row kept ``token``: feed it in this step's forward pass and send back the logits ``(1, vocab)``."""
-
-    token: int
 
 
 class _RowCache:
@@ -118,54 +124,23 @@ class _RowCache:
 
 
 class _Row(_Generation):
-    """One request's loop (:class:`_Generation`'s), yielding :class:`_Feed` where it would run the model."""
+    """One request's loop (:meth:`_Generation.steps`), yielding :class:`_Feed` where it needs the model."""
 
     def __init__(self, decoder: StreamingDecoder, request: Request, artefact: ArtefactLike | None):
         super().__init__(decoder, request.prompt_ids, artefact, request.params, request.cancel)
         self.request = request  # self.kv: _Generation's empty KVCache until start() puts a _RowCache there
-        self.feed: _Feed | None = None  # the token this row feeds in the step's forward pass
-        self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (1, vocab)
-        self.steps: Generator[Event | _Feed, torch.Tensor, None] | None = None
+        self.feed: _Feed | None = None  # what this row feeds in the step's forward pass
+        self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (fed tokens, vocab)
+        self.loop: Generator[Event | _Feed, torch.Tensor, None] | None = None
 
-    def start(self, cache: BatchKVCache, prefill: RowPrefill) -> None:
-        self.kv = _RowCache(cache, self, prefill.forward_passes, len(self.prompt))
-        assert prefill.logits is not None, "the prefill is done"
-        self.logits[0] = prefill.logits
-        self.steps = self._steps()
-
-    def _steps(self) -> Generator[Event | _Feed, torch.Tensor, None]:
-        """``_Generation.run`` after the prefill; ``yield _Feed(token)`` receives the next logits."""
-        session, params, logits = self.session, self.params, self.logits
+    def start(self, cache: BatchKVCache, prefill_passes: int, logits: torch.Tensor) -> None:
+        """Begin decoding after the prefill: ``logits`` ``(1, vocab)`` are the next-token logits of the prompt."""
+        self.kv = _RowCache(cache, self, prefill_passes, len(self.prompt))
+        self.logits[0] = logits
         started = self.request.started_at
-        assert started is not None, "the batcher stamps started_at before the row's first step"
+        assert started is not None, "the batcher stamps started_at before the row's prefill"
         self.started = started
-        while True:
-            if self.request.cancel.is_set():
-                yield from self._finish("cancelled")
-                return
-            if time.perf_counter() - started > params.timeout_s:
-                yield from self._finish("length")
-                return
-            token = self._pick()
-            if token is None:  # every candidate is banned here
-                yield from self._finish("content_filter")
-                return
-            step = session.accept(token)
-            yield from step.events
-            if step.kind == KEEP:
-                position = step.position
-                if self.input_ids is not None:
-                    self.input_ids[0, len(self.prompt) + position - 1] = token
-                frontier = session.frontier
-                for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
-                    del logits[old]
-                logits[position] = yield _Feed(token)
-            elif step.kind == FINISH:
-                assert step.finish_reason is not None, "a finish step carries its reason"
-                yield from self._finish(step.finish_reason)
-                return
-            else:
-                self._rollback_to(step.position)
+        self.loop = self.steps()
 
 
 class BatchedDecoder:
@@ -175,7 +150,10 @@ class BatchedDecoder:
         decoder: the single-stream decoder (model, vocab, EOS ids, retry-bans policy; its per-request loop is
             what every row runs).
         max_batch: rows decoded together at most (>= 1); forced to 1 for models with sliding-window layers.
-        prefill_chunk: prompt tokens prefilled per step at most (>= 1; a longer prompt spans several steps).
+        prefill_chunk: prompt tokens (rows x columns, padding included) prefilled per step at most (>= 1; a
+            longer prefill spans several steps).
+        prefix_cache_bytes: budget of the prefix cache in bytes (0 turns it off; see
+            :mod:`~guardrail.engines.transformers.prefix_cache`).
         compact_at: holes a row may hold before its cache is compacted (see :class:`BatchKVCache`).
         on_step: called with the row count after every batch forward pass (the service's batch-size metric).
 
@@ -183,14 +161,17 @@ class BatchedDecoder:
         batched: False when the model falls back to batch-1 (sliding-window layers).
         forward_passes: batch forward passes run (prefill chunks not counted).
         batch_sizes: rows in each batch forward pass (the last 4,096; for metrics and benchmarks).
+        prefill_passes: group prefill forward passes run.
+        prefix_cache: the prompt heads' KV caches (``None`` for the batch-1 fallback).
 
     Raises:
-        ValueError: ``max_batch`` or ``prefill_chunk`` below 1 (named).
+        ValueError: ``max_batch`` or ``prefill_chunk`` below 1, ``prefix_cache_bytes`` below 0 (named).
     """
 
     def __init__(self, decoder: StreamingDecoder, max_batch: int = DEFAULT_MAX_BATCH,
                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK, compact_at: int = DEFAULT_COMPACT_AT,
-                 on_step: Callable[[int], None] | None = None):
+                 on_step: Callable[[int], None] | None = None,
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
@@ -200,12 +181,14 @@ class BatchedDecoder:
         self.max_batch = max_batch if self.batched else 1
         self.prefill_chunk = prefill_chunk
         self.cache = BatchKVCache(decoder.model, compact_at) if self.batched else None
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if self.batched else None
+        self.prefill_passes = 0
         self.on_step = on_step
         self.forward_passes = 0
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
         self._lock = threading.RLock()  # stream() submits while holding it
         self._waiting: collections.deque[_Row | tuple[Request, Iterator[Event]]] = collections.deque()
-        self._prefilling: list[tuple[_Row, RowPrefill]] = []
+        self._prefilling: list[tuple[list[_Row], Prefill]] = []
         self._running: list[_Row] = []
         self._single: tuple[Request, Iterator[Event]] | None = None  # the batch-1 fallback's current stream
         self._outboxes: dict[int, queue.SimpleQueue] = {}  # request id -> its stream()'s events (driver thread)
@@ -236,7 +219,11 @@ class BatchedDecoder:
     @property
     def active(self) -> int:
         """Requests admitted and not finished (prefilling or decoding)."""
-        return len(self._running) + len(self._prefilling) + (self._single is not None)
+        return len(self._running) + self._prefilling_rows + (self._single is not None)
+
+    @property
+    def _prefilling_rows(self) -> int:
+        return sum(len(rows) for rows, _ in self._prefilling)
 
     @property
     def waiting(self) -> int:
@@ -249,8 +236,13 @@ class BatchedDecoder:
         return not self.active and not self.waiting
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self) -> list[tuple[Request, Event]]:
+    def step(self, deliver: Callable[[list[tuple[Request, Event]]], None] | None = None
+             ) -> list[tuple[Request, Event]]:
         """Admit, prefill (one chunk budget), let every row pick, then one batch forward pass.
+
+        Args:
+            deliver: called with this step's events before the forward pass (then the step returns none),
+                so that released text is not held for the length of a pass.
 
         Returns:
             The events of this step, in order, each with its request. A request's last event is its
@@ -270,26 +262,64 @@ class BatchedDecoder:
             else:
                 self._running.remove(row)
                 cache.leave(row)
+        if deliver is not None:  # before the pass: released text reaches its client a pass earlier
+            deliver(events)
+            events = []
         if feeding:
-            fed = {row: row.feed.token for row in feeding if row.feed is not None}
-            rows = cast("list[_Row]", cache.keys)  # this batcher keys its cache by its rows
-            tokens = [fed[row] for row in rows]  # every cached row feeds
-            logits = cache.forward(tokens)
-            self.forward_passes += 1
-            self.batch_sizes.append(len(tokens))
-            if self.on_step is not None:
-                self.on_step(len(tokens))
-            for index, row in enumerate(rows):
-                row.kv.forward_passes += 1
-                row.kv.length += 1
-                row.next_logits = logits[index:index + 1].clone()  # own storage: kept logits outlive the step
+            self._forward(cache)
         return events
 
+    def _forward(self, cache: BatchKVCache) -> None:
+        """One forward pass: every row's kept token, and the drafts worth verifying (:meth:`_draft_width`)."""
+        rows = cast("list[_Row]", cache.keys)  # this batcher keys its cache by its rows; every cached row feeds
+        spans = []
+        for row in rows:
+            assert row.feed is not None, "every running row kept a token this step"
+            spans.append(row.feed.tokens)
+        width = self._draft_width(rows, spans)
+        spans = [span[:1 + width] for span in spans]
+        if width == 0:
+            logits = cache.forward([span[0] for span in spans])
+            outs = [logits[index:index + 1].clone() for index in range(len(rows))]  # kept logits outlive the step
+        else:
+            outs = cache.forward_spans(spans)
+        self.forward_passes += 1
+        self.batch_sizes.append(len(rows))
+        if self.on_step is not None:
+            self.on_step(len(rows))
+        for row, span, out in zip(rows, spans, outs, strict=True):
+            row.kv.forward_passes += 1
+            row.kv.length += len(span)
+            row.next_logits = out
+
+    def _draft_width(self, rows: list[_Row], spans: list[list[int]]) -> int:
+        """Drafted tokens per row this pass (the same bound for every row): the width that maximises the
+        batch's expected kept tokens per unit of cost, each row's drafts accepted at its own average rate
+        (:func:`~guardrail.engines.drafting.draft_width` for one row; a wider pass costs every row)."""
+        longest = max(len(span) for span in spans) - 1
+        if longest == 0:
+            return 0
+        cost = self.decoder.speculative.cost
+        best, best_rate = 0, float(len(rows))
+        for width in range(1, longest + 1):
+            expected = 0.0
+            for row, span in zip(rows, spans, strict=True):
+                term, expected = 1.0, expected + 1.0
+                for _ in range(min(width, len(span) - 1)):
+                    term *= row.acceptance
+                    expected += term
+            rate = expected / cost.of(width, len(rows))
+            if rate > best_rate:
+                best, best_rate = width, rate
+        return best
+
     def _admit(self, events: list[tuple[Request, Event]]) -> None:
-        while len(self._running) + len(self._prefilling) < self.max_batch:
+        """Take waiting requests into free rows; their prefills start as groups (:meth:`_group`)."""
+        admitted: list[tuple[_Row, CachedPrefix | None]] = []
+        while len(self._running) + self._prefilling_rows + len(admitted) < self.max_batch:
             with self._lock:
                 if not self._waiting:
-                    return
+                    break
                 row = self._waiting.popleft()
             assert isinstance(row, _Row), "a batched decoder queues rows"
             request = row.request
@@ -297,28 +327,64 @@ class BatchedDecoder:
                 events.append((request, self._cancelled_before_start(row)))
                 continue
             request.started_at = time.perf_counter()
-            self._prefilling.append((row, RowPrefill(self.decoder.model, row.prompt, self.prefill_chunk)))
+            assert self.prefix_cache is not None, "a batched decoder holds a prefix cache"
+            head = self.prefix_cache.match(row.prompt)
+            request.cached_tokens = row.cached_tokens = head.length if head is not None else 0
+            admitted.append((row, head))
+        for group in self._group(admitted):
+            rows = [row for row, _ in group]
+            heads = [head for _, head in group]
+            prefill = Prefill(self.decoder.model, [row.prompt for row in rows], self.prefill_chunk,
+                              heads=None if heads[0] is None else cast("list[CachedPrefix]", heads))
+            self._prefilling.append((rows, prefill))
+
+    @staticmethod
+    def _group(admitted: list[tuple[_Row, CachedPrefix | None]]) -> list[list[tuple[_Row, CachedPrefix | None]]]:
+        """Rows prefilled together: the same cached head length, and padding within MAX_PREFILL_PADDING."""
+        def head_length(item: tuple[_Row, CachedPrefix | None]) -> int:
+            return item[1].length if item[1] is not None else 0
+
+        groups: list[list[tuple[_Row, CachedPrefix | None]]] = []
+        fed = 0  # prompt tokens the current group feeds
+        for item in sorted(admitted, key=lambda i: (head_length(i), len(i[0].prompt))):
+            rest = len(item[0].prompt) - head_length(item)
+            group = groups[-1] if groups else None
+            if (group is not None and head_length(group[0]) == head_length(item)
+                    and (len(group) + 1) * rest <= (1 + MAX_PREFILL_PADDING) * (fed + rest)):
+                group.append(item)
+                fed += rest
+            else:
+                groups.append([item])
+                fed = rest
+        return groups
 
     def _prefill(self) -> None:
-        """Spend up to ``prefill_chunk`` prompt tokens on waiting prefills; join those that finish."""
-        cache = self.cache
-        assert cache is not None, "a batched decoder holds a BatchKVCache"
+        """Spend up to ``prefill_chunk`` tokens on the prefill groups, in order; join those that finish."""
+        cache, prefix_cache = self.cache, self.prefix_cache
+        assert cache is not None and prefix_cache is not None, "a batched decoder holds both caches"
         budget = self.prefill_chunk
         while self._prefilling and budget > 0:
-            row, prefill = self._prefilling[0]
-            prefill.chunk = min(self.prefill_chunk, budget)
-            budget -= min(prefill.chunk, len(prefill.token_ids) - prefill.fed)
-            if prefill.advance():
-                self._prefilling.pop(0)
-                cache.join(row, prefill)
-                row.start(cache, prefill)
+            rows, prefill = self._prefilling[0]
+            budget -= prefill.advance(budget)
+            self.prefill_passes += 1
+            if not prefill.done:
+                continue
+            self._prefilling.pop(0)
+            for index, row in enumerate(rows):  # before the join: the join moves the group's cache
+                if len(row.prompt) // BLOCK_TOKENS * BLOCK_TOKENS > prefill.head_length:
+                    prefix_cache.insert(row.prompt, prefill.prompt_layers(index))
+            logits = prefill.logits
+            assert logits is not None, "a done prefill holds its logits"
+            cache.join(rows, prefill)
+            for index, row in enumerate(rows):
+                row.start(cache, prefill.forward_passes, logits[index:index + 1])
                 self._running.append(row)
 
     def _advance(self, row: _Row, events: list[tuple[Request, Event]]) -> bool:
         """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
         request = row.request
         sent, row.next_logits, row.feed = row.next_logits, None, None
-        steps = row.steps
+        steps = row.loop
         assert steps is not None, "set by start()"
         try:
             item = steps.send(sent) if sent is not None else next(steps)
@@ -433,23 +499,26 @@ class BatchedDecoder:
                 self._wake.clear()
                 continue
             try:
-                events = self.step()
+                self._deliver(self.step(deliver=self._deliver))  # the batch-1 fallback returns its events
             except Exception as exc:  # noqa: BLE001 - every waiting stream must end, never hang
                 log.exception("batch step failed")
                 self._fail_all(exc)
-                continue
-            for request, event in events:
-                with self._lock:
-                    outbox = self._outboxes.get(request.id)
-                    if isinstance(event, Finish):
-                        self._outboxes.pop(request.id, None)
-                if outbox is not None:
-                    outbox.put(event)
+
+    def _deliver(self, events: list[tuple[Request, Event]]) -> None:
+        """Hand each event to its request's :meth:`stream` (driver thread)."""
+        for request, event in events:
+            with self._lock:
+                outbox = self._outboxes.get(request.id)
+                if isinstance(event, Finish):
+                    self._outboxes.pop(request.id, None)
+            if outbox is not None:
+                outbox.put(event)
 
     def _fail_all(self, exc: Exception) -> None:
         """A step raised: the batch state is not trusted any more; end every request with the error."""
         with self._lock:
-            requests = [row.request for row in self._running] + [row.request for row, _ in self._prefilling]
+            requests = [row.request for row in self._running]
+            requests += [row.request for rows, _ in self._prefilling for row in rows]
             requests += [item.request if isinstance(item, _Row) else item[0] for item in self._waiting]
             if self._single is not None:
                 requests.append(self._single[0])

@@ -18,18 +18,33 @@ Rollback costs no forward pass: the raw logits of every position a rollback can 
 released) are kept, and the processors only read the prefix, which a rollback to ``p`` leaves as it was.
 The KV cache is cropped (:mod:`guardrail.engines.transformers.kv_cache`), or rebuilt when a sliding-window
 layer cannot crop.
+
+Speculative decoding (:mod:`guardrail.engines.drafting`): a kept token is fed together with up to ``k``
+tokens drafted by prompt lookup, and the pass returns the logits of every fed position. The next picks run
+through the same steps above; a pick equal to the next draft costs no pass (its column is in the cache,
+its logits are known), the first that differs cuts the cache back. Every token still goes through
+``session.accept`` in order, so a drafted token that is banned is never picked, and one that completes a
+term rolls back as usual.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Protocol, cast
 
 import torch
 
-from guardrail.engines.transformers.kv_cache import KVCache
+from guardrail.engines.drafting import (
+    ACCEPTANCE_RECOVERY,
+    ACCEPTANCE_SMOOTHING,
+    INITIAL_ACCEPTANCE,
+    Drafter,
+    SpeculativeConfig,
+    draft_width,
+)
+from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
 from guardrail.engines.transformers.sampling import (
     BanMask,
     SamplingParams,
@@ -64,6 +79,9 @@ class StreamingDecoder:
         record_past: let sliding-window caches crop past their window
             (see :mod:`guardrail.engines.transformers.kv_cache`);
             ``False`` forces the re-prefill fallback on such models (tests and benchmarks use it).
+        speculative: drafting and verification (:mod:`guardrail.engines.drafting`); ``num_tokens=0`` turns
+            it off. Off for models with sliding-window layers (a rejected draft past the window would cost a
+            re-prefill).
 
     Example:
         >>> decoder = StreamingDecoder(model, tokenizer, vocab)
@@ -71,7 +89,8 @@ class StreamingDecoder:
         ...     if isinstance(event, TextDelta): print(event.text, end="")
     """
 
-    def __init__(self, model, tokenizer, vocab: TokenVocab, record_past: bool = True, retry_bans: bool = True):
+    def __init__(self, model, tokenizer, vocab: TokenVocab, record_past: bool = True, retry_bans: bool = True,
+                 speculative: SpeculativeConfig | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.vocab = vocab
@@ -79,9 +98,13 @@ class StreamingDecoder:
         self.retry_bans = retry_bans
         self.eos_ids = frozenset(vocab.eos_ids | generation_eos_ids(model))
         self.vocab_size = model.config.get_text_config().vocab_size
+        self.speculative = speculative if speculative is not None else SpeculativeConfig()
+        if has_sliding_layers(model):
+            self.speculative = SpeculativeConfig(num_tokens=0)
 
     def session(self, artefact: ArtefactLike | None, params: SamplingParams, prompt_tokens: int = 0) -> GuardSession:
-        """The guard session of one request on this decoder (its eos ids, logits width and retry policy).
+        """The guard session of one request on this decoder (its eos ids, logits width and retry policy; the
+        request's rollback budget and evasion guard).
 
         Raises:
             ValueError: an artefact compiled for another vocab.
@@ -89,7 +112,8 @@ class StreamingDecoder:
         return GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
                             max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                             max_rollbacks_per_position=params.max_rollbacks_per_position,
-                            retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens)
+                            retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens,
+                            evasion_guard=params.evasion_guard)
 
     def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -123,6 +147,17 @@ class _LoopKV(Protocol):
     def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor: ...
 
 
+class _Feed:
+    """The loop kept ``tokens[0]`` and drafted ``tokens[1:]``: feed them in one forward pass and send back
+    the logits after each fed token, ``(n, vocab)`` float32. An engine may feed only the first ``n`` tokens
+    (``1 <= n <= len(tokens)``; fewer drafts, e.g. when verifying them would slow its batch down)."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+
+
 class _Generation:
     """One request on the transformers engine: KV cache, kept logits, processors and the loop; the guard
     state is the :class:`GuardSession`."""
@@ -152,13 +187,39 @@ class _Generation:
             self.input_ids = torch.zeros((1, len(self.prompt) + params.max_tokens + 1), dtype=torch.long)
             self.input_ids[0, :len(self.prompt)] = torch.tensor(self.prompt)
         self.logits: dict[int, torch.Tensor] = {}  # completion position -> raw logits (1, vocab)
+        self.cached_tokens = 0  # prompt tokens loaded from a prefix cache (batched rows)
+        speculative = decoder.speculative
+        self.draft_limit = speculative.num_tokens if params.speculative else 0
+        self.drafter: Drafter | None = speculative.drafter() if self.draft_limit else None
+        if self.drafter is not None:
+            self.drafter.extend(self.prompt)
+        self.verify_cost = speculative.cost
+        self.acceptance = INITIAL_ACCEPTANCE  # the average share of drafted tokens accepted
+        self.draft_tokens = self.accepted_draft_tokens = 0
+        # Drafted tokens already in the KV cache past the kept ones, each with the logits after it (1, vocab).
+        self._pending: list[tuple[int, torch.Tensor]] = []
+        self._verifying = [0, 0]  # of the last verification pass: drafts fed, drafts accepted so far
 
     def run(self) -> Iterator[Event]:
-        session, params, logits = self.session, self.params, self.logits
-        started = self.started = time.perf_counter()
+        """The single-stream loop: prefill, then :meth:`steps` with this request's own :class:`KVCache`."""
+        self.started = time.perf_counter()
         kv = self.kv
         assert isinstance(kv, KVCache), "the single-stream loop runs on its own KVCache"
-        logits[0] = kv.forward(self.prompt)
+        self.logits[0] = kv.forward(self.prompt)
+        steps = self.steps()
+        item = next(steps, None)
+        while item is not None:
+            if isinstance(item, _Feed):
+                item = steps.send(kv.forward_all(item.tokens))
+            else:
+                yield item
+                item = next(steps, None)
+
+    def steps(self) -> Generator[Event | _Feed, torch.Tensor, None]:
+        """The decode loop after the prefill (``self.logits[0]`` set, ``self.started`` stamped): yields
+        events, and :class:`_Feed` where it needs a forward pass, which is sent the logits it asks for."""
+        session, params, logits = self.session, self.params, self.logits
+        started = self.started
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 yield from self._finish("cancelled")
@@ -179,13 +240,57 @@ class _Generation:
                 frontier = session.frontier
                 for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
                     del logits[old]
-                logits[position] = kv.forward([token])
+                if self.drafter is not None:
+                    self.drafter.extend([token])
+                if self._pending and self._pending[0][0] == token:  # a verified draft: no forward pass
+                    logits[position] = self._pending.pop(0)[1]
+                    self.accepted_draft_tokens += 1
+                    self._verifying[1] += 1
+                    if not self._pending:
+                        self._verified()
+                    continue
+                if self._pending:  # the pick differs from the draft: its column and the later ones go
+                    self._pending = []
+                    self._verified()
+                    self.kv.rollback_to(len(self.prompt) + position - 1, self.prompt + list(session.token_ids))
+                drafts = self._drafts(position)
+                out = yield _Feed([token, *drafts])
+                fed = len(out) - 1  # the engine may have fed fewer drafts
+                logits[position] = out[0:1]
+                if fed:
+                    self._pending = [(drafts[i], out[i + 1:i + 2]) for i in range(fed)]
+                    self._verifying = [fed, 0]
+                    self.draft_tokens += fed
             elif step.kind == FINISH:
                 assert step.finish_reason is not None, "a finish step carries its reason"
                 yield from self._finish(step.finish_reason)
                 return
             else:
+                if self._pending:  # the rollback crops their columns with the rest
+                    self._pending = []
+                    self._verified()
+                if self.drafter is not None:
+                    self.drafter.rollback_to(len(self.prompt) + step.position)
                 self._rollback_to(step.position)
+
+    def _drafts(self, position: int) -> list[int]:
+        """Tokens to verify after the one being fed: as many of the drafter's as pay off (:func:`draft_width`),
+        never past ``max_tokens``."""
+        if self.drafter is None:
+            return []
+        room = min(self.draft_limit, self.params.max_tokens - position)
+        proposed = self.drafter.propose(room) if room > 0 else []
+        width = draft_width(self.acceptance, len(proposed), room, self.verify_cost)
+        if proposed and width == 0:  # drafts stopped paying: drift back up so that they are tried again
+            self.acceptance = min(1.0, self.acceptance + ACCEPTANCE_RECOVERY)
+        return proposed[:width]
+
+    def _verified(self) -> None:
+        """The last verification pass is resolved: fold its acceptance share into the average."""
+        fed, accepted = self._verifying
+        if fed:
+            self.acceptance += ACCEPTANCE_SMOOTHING * (accepted / fed - self.acceptance)
+        self._verifying = [0, 0]
 
     @torch.inference_mode()
     def _pick(self) -> int | None:
@@ -224,5 +329,7 @@ class _Generation:
 
     def _finish(self, reason: FinishReason) -> Iterator[Event]:
         yield from self.session.finish(reason, forward_passes=self.kv.forward_passes,
-                                       reprefills=self.kv.reprefills,
+                                       reprefills=self.kv.reprefills, cached_tokens=self.cached_tokens,
+                                       draft_tokens=self.draft_tokens,
+                                       accepted_draft_tokens=self.accepted_draft_tokens,
                                        seconds=time.perf_counter() - self.started)

@@ -87,6 +87,22 @@ class KVCache:
         self.length += len(token_ids)
         return out.logits[:, -1, :].float()
 
+    @torch.inference_mode()
+    def forward_all(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Feed ``token_ids`` after the held ones (speculative decoding's verification pass); return the
+        logits after each of them, ``(len(token_ids), vocab)`` float32.
+
+        Raises:
+            ValueError: ``token_ids`` is empty.
+        """
+        if not token_ids:
+            raise ValueError("token_ids must not be empty")
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=len(token_ids))
+        self.forward_passes += 1
+        self.length += len(token_ids)
+        return out.logits[0].float()
+
     def can_crop(self, n: int) -> bool:
         """Whether dropping the last ``n`` tokens by ``crop(-n)`` leaves exactly the states of the rest."""
         return 0 <= n <= self.length and all(_layer_can_crop(layer, n) for layer in self.cache.layers)

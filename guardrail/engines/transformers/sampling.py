@@ -38,6 +38,7 @@ from transformers.generation.logits_process import (
 )
 
 from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY, watermark_processor
+from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard, check_evasion_guard
 
 #: OpenAI's range for ``logit_bias`` values.
 MAX_LOGIT_BIAS = 100.0
@@ -95,7 +96,14 @@ class SamplingParams:
         watermark_key: hashing key of the watermark.
         max_rollbacks: rollbacks allowed per request before ``content_filter``.
         max_rollbacks_per_position: rollbacks to one position allowed before ``content_filter``.
+        evasion_guard: ``"substring"`` (default): a term that caused a rollback is also matched as a
+            substring for the rest of the generation (glued and ``_``-joined forms;
+            :mod:`guardrail.guard.escalation`); ``"edit"``: also with one edit of tolerance (terms of 5+
+            letters: misspelled forms); ``"off"``: every term keeps its own match mode.
         timeout_s: wall-clock limit in seconds; the answer so far ends with ``length``.
+        speculative: let the engine draft tokens (prompt lookup) and verify them in one forward pass, when
+            it has speculation on (:mod:`guardrail.engines.drafting`); the output is the same either way
+            (greedy: token for token; seeded sampling: draw for draw), only the speed differs.
 
     Raises:
         ValueError: on construction, naming the field and the bad value.
@@ -123,11 +131,15 @@ class SamplingParams:
     max_rollbacks: int = 64
     max_rollbacks_per_position: int = 8
     timeout_s: float = 60.0
+    evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD
+    speculative: bool = True
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
 
+        if not isinstance(self.speculative, bool):
+            raise ValueError(f"speculative must be a bool, got {self.speculative!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {self.max_tokens!r}")
         if not _is_number(self.temperature) or self.temperature < 0:
@@ -182,6 +194,7 @@ class SamplingParams:
             raise ValueError(f"max_rollbacks_per_position must be an int >= 0, got {self.max_rollbacks_per_position!r}")
         if not _is_number(self.timeout_s) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a number > 0, got {self.timeout_s!r}")
+        check_evasion_guard(self.evasion_guard)
 
     @property
     def greedy(self) -> bool:

@@ -8,7 +8,8 @@ request and submits ``prompt + the p kept tokens`` again (a ``TokensPrompt``) wi
       for each id: GuardSession.accept(id)
         keep      -> forward the released text (hold-back: never a term, never a retracted fragment)
         rollback  -> abort the vLLM request; add prompt + kept tokens, extra_args["guardrail"]["bans"] =
-                     {0: the bans of p} (the logits processor masks them, with the always-banned ids)
+                     {0: the bans of p} (the logits processor masks them, with the always-banned ids:
+                     GuardSession.standing_ids(), which holds the escalated terms' too — evasion guard)
         finish    -> GuardSession.finish(reason); abort the vLLM request if it still runs
 
 With prefix caching, the resubmission's prompt is served from the KV blocks the aborted request filled: only
@@ -60,12 +61,10 @@ class VLLMUsage(Usage):
 
     Attributes:
         resubmissions: requests submitted again after a rollback (``reprefills`` counts the same).
-        cached_tokens: prompt tokens served from the prefix cache, over all submissions.
         prefill_tokens: prompt tokens computed (not served from the prefix cache), over all submissions.
     """
 
     resubmissions: int = 0
-    cached_tokens: int = 0
     prefill_tokens: int = 0
 
 
@@ -79,6 +78,8 @@ class _Job:
         self.params = params
         self.session = session
         self.guard = guard
+        # session.standing_ids() that guard.banned_ids holds (the artefact's always-banned ids at first).
+        self.standing = session.standing_ids()
         self.cancel = cancel
         self.closed = threading.Event()  # the caller stopped reading
         self.events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
@@ -223,7 +224,8 @@ class VLLMDriver:
         session = GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
                                max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                                max_rollbacks_per_position=params.max_rollbacks_per_position,
-                               num_logits=self.num_logits, prompt_tokens=len(prompt))
+                               num_logits=self.num_logits, prompt_tokens=len(prompt),
+                               evasion_guard=params.evasion_guard)
         if self._error is not None:
             raise RuntimeError("the vLLM engine thread failed") from self._error
         job = _Job(next(self._ids), prompt, params, session, guard, cancel)
@@ -318,6 +320,10 @@ class VLLMDriver:
         extra_args = None
         if job.guard is not None:
             bans = session.bans.banned(position)
+            standing = session.standing_ids()
+            if standing is not job.standing:  # an escalated term (evasion guard) started or was dropped
+                job.standing = standing
+                job.guard = replace(job.guard, banned_ids=tuple(int(t) for t in standing))
             guard = replace(job.guard, bans={0: tuple(sorted(bans))} if bans else {}, resume_tokens=position)
             extra_args = guard.to_extra_args()
         seed = params.seed if params.seed is None or not job.submissions else params.seed + job.submissions
@@ -390,6 +396,7 @@ class VLLMDriver:
                                     seconds=time.perf_counter() - job.started)
         *rest, last = events
         assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
-        usage = VLLMUsage(**asdict(last.usage), resubmissions=max(0, job.submissions - 1),
-                          cached_tokens=job.cached_tokens, prefill_tokens=job.submitted_tokens - job.cached_tokens)
+        usage = VLLMUsage(**{**asdict(last.usage), "cached_tokens": job.cached_tokens},
+                          resubmissions=max(0, job.submissions - 1),
+                          prefill_tokens=job.submitted_tokens - job.cached_tokens)
         self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids)))

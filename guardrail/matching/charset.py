@@ -1,0 +1,149 @@
+"""Sets of Unicode code points as sorted ranges, and the alphabet partition a regex automaton steps on.
+
+A :class:`CharSet` is what one position of a regex pattern accepts (``a``, ``[a-z\\d]``, ``\\W``, ``.``),
+over the characters of *normalised* text. :class:`Alphabet` splits the code points into classes
+("minterms": Hopcroft & Ullman; RE2 calls them byte classes) that no set of the pattern tells apart and
+that are all word or all non-word characters, so that a regex automaton can be determinised over a few
+dozen classes instead of 1.1 million code points, and a character is mapped to its class by a binary
+search (memoised per character by the caller).
+
+The category sets are Python's ``re`` for ``str`` patterns (Modules/_sre/sre.c, ``SRE_UNI_IS_*``):
+``\\w`` = ``str.isalnum()`` or ``_`` (the contract's word characters, ``normalize.is_word_char``),
+``\\d`` = ``str.isdecimal()``, ``\\s`` = ``str.isspace()``. They are read off ``re`` itself, once per process,
+by matching each over a string of every code point (~0.3 s in all, on first use).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: One past the largest code point.
+CODE_POINTS = 0x110000
+
+
+@dataclass(frozen=True)
+class CharSet:
+    """A set of code points: sorted, disjoint, non-adjacent inclusive ranges ``(low, high)``."""
+
+    ranges: tuple[tuple[int, int], ...]
+    _starts: list[int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", [low for low, _ in self.ranges])
+
+    @classmethod
+    def of(cls, points: Iterable[int]) -> CharSet:
+        """The set holding ``points`` (code points, any order, duplicates allowed)."""
+        return cls.union(*(cls(((p, p),)) for p in points))
+
+    @classmethod
+    def union(cls, *sets: CharSet) -> CharSet:
+        """The union of ``sets`` (adjacent and overlapping ranges merged)."""
+        merged: list[list[int]] = []
+        for low, high in sorted(r for s in sets for r in s.ranges):
+            if merged and low <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], high)
+            else:
+                merged.append([low, high])
+        return cls(tuple((low, high) for low, high in merged))
+
+    def complement(self) -> CharSet:
+        """Every code point not in this set."""
+        out, nxt = [], 0
+        for low, high in self.ranges:
+            if low > nxt:
+                out.append((nxt, low - 1))
+            nxt = high + 1
+        if nxt < CODE_POINTS:
+            out.append((nxt, CODE_POINTS - 1))
+        return CharSet(tuple(out))
+
+    def __contains__(self, point: int) -> bool:
+        at = bisect.bisect_right(self._starts, point) - 1
+        return at >= 0 and point <= self.ranges[at][1]
+
+    @property
+    def size(self) -> int:
+        """Number of code points."""
+        return sum(high - low + 1 for low, high in self.ranges)
+
+
+@functools.cache
+def _categories() -> dict[str, CharSet]:
+    """The code points Python's ``re`` matches with ``\\w``, ``\\d`` and ``\\s`` (``str`` patterns): the
+    definition, read off ``re`` itself over a string of every code point (surrogates included), once."""
+    every = "".join(map(chr, range(CODE_POINTS)))
+    return {category: CharSet(tuple((m.start(), m.end() - 1) for m in re.finditer(category + "+", every)))
+            for category in (r"\w", r"\d", r"\s")}
+
+
+def word_chars() -> CharSet:
+    """``\\w``: ``str.isalnum()`` or ``_`` (the contract's word characters)."""
+    return _categories()[r"\w"]
+
+
+def digit_chars() -> CharSet:
+    """``\\d``: Unicode decimal digits (``str.isdecimal()``, category Nd)."""
+    return _categories()[r"\d"]
+
+
+def space_chars() -> CharSet:
+    """``\\s``: ``str.isspace()`` (only ``" "`` occurs in normalised text)."""
+    return _categories()[r"\s"]
+
+
+class Alphabet:
+    """The partition of all code points into classes no set in ``sets`` and no word test tells apart.
+
+    Args:
+        sets: the character sets of a pattern (or of several).
+
+    Attributes:
+        size: number of classes; class ids are ``0..size-1``, numbered by their smallest code point.
+        is_word: per class, whether its characters are word characters.
+        members: per set of ``sets`` (same order), the sorted class ids it holds.
+    """
+
+    def __init__(self, sets: Sequence[CharSet]):
+        word = word_chars()
+        every = [*sets, word]
+        cuts = {0, CODE_POINTS}
+        for charset in every:
+            for low, high in charset.ranges:
+                cuts.update((low, high + 1))
+        self._bounds = np.asarray(sorted(cuts), dtype=np.int64)
+        pieces = len(self._bounds) - 1
+        # inside[s, k]: piece k (code points bounds[k] .. bounds[k+1]-1) lies in set s. Each piece lies wholly
+        # inside or outside every set, since every range edge is a cut.
+        inside = np.zeros((len(every), pieces), dtype=bool)
+        for row, charset in enumerate(every):
+            if not charset.ranges:
+                continue
+            lows = np.asarray([low for low, _ in charset.ranges], dtype=np.int64)
+            ends = np.asarray([high + 1 for _, high in charset.ranges], dtype=np.int64)
+            delta = np.zeros(pieces + 1, dtype=np.int64)
+            np.add.at(delta, np.searchsorted(self._bounds, lows), 1)
+            np.add.at(delta, np.searchsorted(self._bounds, ends), -1)
+            inside[row] = np.cumsum(delta)[:pieces] > 0
+        signatures = np.ascontiguousarray(np.packbits(inside, axis=0).T)
+        # Classes are the distinct signatures, numbered by their first piece (their smallest code point).
+        _, first, inverse = np.unique(signatures, axis=0, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        piece_class = rank[inverse.reshape(-1)]
+        self._piece_class = piece_class.tolist()
+        self._starts = self._bounds[:-1].tolist()
+        self.size = len(first)
+        first_piece = np.sort(first)
+        self.is_word = [bool(inside[-1, k]) for k in first_piece]
+        self.members = [sorted({int(c) for c in piece_class[inside[row]]}) for row in range(len(sets))]
+
+    def class_of(self, point: int) -> int:
+        """The class id of code point ``point``."""
+        return self._piece_class[bisect.bisect_right(self._starts, point) - 1]

@@ -1,0 +1,426 @@
+"""The regex terms of one case mode as a DFA over normalised characters that knows where matches began.
+
+Aho–Corasick gets a match's start and the hold-back bound from its node depth (docs/matching.md). A regex
+has no single depth, so the DFA is built by subset construction over *threads* ``(NFA state, characters
+since the thread's match began)``, keeping per NFA state only the largest count (the earliest start: two
+threads in the same state have the same future, and the earlier one is the one to roll back to). Because
+every match is at most ``MAX_REGEX_SPAN`` characters long (no unbounded repetition), the counts are bounded
+and the construction is finite. A DFA node then tells, exactly:
+
+* ``depth[node]``: the largest count of a live thread — how many of the latest characters a match still in
+  progress may have begun in (the lookback that hold-back streaming and ``releasable()`` use);
+* ``now[node]``: per term, the length of the longest match ending at this position, reported when the node
+  is entered if it does not depend on the next character;
+* ``later[node][next_is_word]``: the same for matches whose trailing ``\\b``/``\\B``/edge assertion reads the
+  next character (a ``word`` regex ending in a word character, like a pending right boundary of a plain
+  word term): reported when that character arrives, or at the end of the text (a non-word context).
+
+So a hit is reported as soon as the earliest-starting match ending at a position is decided, with that
+start; one report per term and end position (:meth:`RegexAutomaton.scan`, the text matcher's engine for
+regex terms, reports the same, and so does the tests' Python ``re`` oracle).
+
+The whole DFA is explored when the terms are compiled, over the classes of an
+:class:`~guardrail.matching.charset.Alphabet`, and refused beyond :data:`MAX_REGEX_DFA_STATES` nodes: the
+state space of an artefact stays bounded (no state is created at decode time that the compile did not
+count) and a pattern like ``a.{0,60}b``, whose subset construction is exponential, fails at compile time
+with a clear error instead of growing without bound in a serving process. Steps at decode time cost one
+dictionary lookup per character (memoised per node, like the Aho–Corasick automaton).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from guardrail.matching.automaton import StreamState
+from guardrail.matching.charset import Alphabet
+from guardrail.matching.normalize import fold_char, is_word_char
+from guardrail.matching.regex_nfa import Nfa
+from guardrail.matching.term_spec import TermSpec, term_spec
+from guardrail.wordlists.regex_syntax import RegexError
+from guardrail.wordlists.wordlist import MatchMode, WordList, WordListError
+
+#: DFA nodes the regex terms of one case mode of a stored list set may need. Exploring costs ~20 us per node
+#: (measured on the 2-core dev machine under load, ``a.{0,40}b``), so a refused pattern costs ~1 s of
+#: compile, once (stored artefacts are cached), and the table stays ~10 MB at most (nodes x character
+#: classes). Typical terms need a few to a few hundred nodes (``s[o0]rry``: 7; its one-edit variants
+#: ``.orry|s.rry|so.ry|sor.y|sorr.``: 31; one-edit variants of 270 English terms together: ~15,500);
+#: patterns that track unaligned positions (``a.{0,30}b`` in substring mode) grow exponentially and are
+#: refused.
+MAX_REGEX_DFA_STATES = 50_000
+
+#: The same limit for a request's own terms (``banned_terms``), compiled for each request: a refused
+#: pattern costs ~0.2 s of that request, not ~1 s.
+MAX_REQUEST_REGEX_DFA_STATES = 10_000
+
+#: Node ids fixed by construction: the text start (nothing pending, a non-word context), and a fresh
+#: context after a word character (used to test whether a token completes a match in any context).
+START_NODE, WORD_START_NODE = 0, 1
+
+
+class RegexAutomaton:
+    """The DFA of the regex terms of one case mode (see the module docstring).
+
+    Args:
+        patterns: per local term id, its rewritten pattern (``TermSpec.normalized``) and match mode.
+        case_sensitive: which folding the stream applies (as :class:`~guardrail.matching.automaton.Automaton`).
+        max_states: the node limit: :data:`MAX_REGEX_DFA_STATES` (stored lists) or
+            :data:`MAX_REQUEST_REGEX_DFA_STATES` (a request's terms).
+
+    Raises:
+        RegexError: too many NFA states for a term, or more than ``max_states`` DFA nodes
+            (``construct`` ``"automaton size"``); :func:`compile_regex_stream` names the term.
+    """
+
+    #: Tells the artefact's mask and retry-ban code which kind of stream this is.
+    regex = True
+
+    def __init__(self, patterns: Sequence[tuple[str, MatchMode]], case_sensitive: bool,
+                 max_states: int = MAX_REGEX_DFA_STATES):
+        self.case_sensitive = case_sensitive
+        self.patterns = tuple(patterns)
+        nfa = Nfa(self.patterns)
+        alphabet = self.alphabet = Alphabet(nfa.charsets)
+        subsets = _Subsets(nfa, alphabet)
+        keys: dict[tuple, int] = {}
+        order: list[tuple] = []
+
+        def node_of(key: tuple) -> int:
+            found = keys.get(key)
+            if found is None:
+                if len(order) >= max_states:
+                    raise RegexError("automaton size", f"the regex terms need more than {max_states} automaton "
+                                     "states: a pattern tracks too many overlapping positions (like a.{0,30}b); "
+                                     "narrow classes and bounds, or anchor it with literals")
+                found = keys[key] = len(order)
+                order.append(key)
+            return found
+
+        # A node is (threads begun at the last character, older threads, the last character is a word character);
+        # see _Subsets.
+        node_of((0, (), False))  # START_NODE
+        node_of((0, (), True))  # WORD_START_NODE
+        self.depth: list[int] = []
+        self.now: list[tuple[tuple[int, int], ...]] = []
+        self.later: list[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] | None] = []
+        self._table: list[list[int]] = []
+        # The row of a node with no thread, per context before: most classes of any row lead where they do.
+        empty_rows: dict[bool, list[int]] = {}
+        index = 0
+        while index < len(order):
+            fresh, older, previous_word = order[index]
+            index += 1
+            completed: dict[bool, dict[int, int]] = {}
+            if previous_word not in empty_rows:
+                empty_rows[previous_word] = [
+                    node_of((subsets.start_moves(2 * previous_word + w).get(cls, 0), (), w))
+                    for cls, w in enumerate(alphabet.is_word)]
+            row = empty_rows[previous_word].copy()
+            for next_word in (False, True):
+                context = 2 * previous_word + next_word
+                done, moves = subsets.older_moves(older, context)
+                fresh_done, fresh_moves = subsets.fresh_moves(fresh, context)
+                for term in fresh_done:  # a match of one character
+                    done.setdefault(term, 1)
+                completed[next_word] = done
+                begun = subsets.start_moves(context)
+                for cls in sorted(moves.keys() | fresh_moves.keys()):  # of word-ness next_word only
+                    reached = moves.get(cls)
+                    second = fresh_moves.get(cls, ())
+                    if reached is None:
+                        kept = tuple((q, 2) for q in second)
+                    else:
+                        for q in second:  # older threads in the same NFA state began earlier: keep theirs
+                            reached.setdefault(q, 2)
+                        kept = tuple(sorted(reached.items()))
+                    row[cls] = node_of((begun.get(cls, 0), kept, next_word))
+            self._table.append(row)
+            self.depth.append(max((count for _, count in older), default=1 if fresh else 0))
+            now = tuple(sorted((t, n) for t, n in completed[True].items() if completed[False].get(t) == n))
+            decided = {t for t, _ in now}
+            later = tuple(tuple(sorted((t, n) for t, n in completed[w].items() if t not in decided))
+                          for w in (False, True))
+            self.now.append(now)
+            self.later.append((later[0], later[1]) if later[0] or later[1] else None)
+        self.num_nodes = len(order)
+        self.nfa_states = nfa.num_states
+        self.now_max = [max((n for _, n in now), default=0) for now in self.now]
+        self.later_max = [(0, 0) if later is None else tuple(max((n for _, n in side), default=0) for side in later)
+                          for later in self.later]
+        #: Terms whose report can wait for the next character (see :meth:`completes_inside`).
+        self.delayable = frozenset(t for later in self.later if later for side in later for t, _ in side)
+        #: Whether a match can begin after a word character where it cannot after a non-word one (a
+        #: leading ``\\B`` before a word character, ``\\b`` before a non-word one): then a token read from the
+        #: text start (a non-word context, the root sweep's) does not show every match it can hold.
+        self.word_context_starts = any(
+            not set(subsets.fresh_states(after_word.get(cls, 0))) <= set(subsets.fresh_states(after_other.get(cls, 0)))
+            for next_word in (0, 1)
+            for after_word, after_other in [(subsets.start_moves(2 + next_word), subsets.start_moves(next_word))]
+            for cls in after_word)
+        self._delta: list[dict[str, int]] = [{} for _ in range(self.num_nodes)]
+        self._fold: dict[str, tuple[tuple[str, bool], ...]] = {}
+
+    def step(self, node: int, char: str) -> int:
+        """The node after the normalised character ``char`` (memoised per node)."""
+        nxt = self._delta[node].get(char)
+        if nxt is None:
+            nxt = self._delta[node][char] = self._table[node][self.alphabet.class_of(ord(char))]
+        return nxt
+
+    def fold(self, char: str) -> tuple[tuple[str, bool], ...]:
+        """Normalised characters of one input character, each with its word-character flag (memoised)."""
+        folded = self._fold.get(char)
+        if folded is None:
+            folded = self._fold[char] = tuple((c, is_word_char(c)) for c in fold_char(char, self.case_sensitive))
+        return folded
+
+    def fresh(self, previous_word: bool) -> StreamState:
+        """The state of a stream with nothing in progress after a word (or a non-word) character."""
+        return StreamState(WORD_START_NODE if previous_word else START_NODE, previous_word, False, ())
+
+    def feed(self, state: StreamState, text: str, hits: list[tuple[int, int]], symbols_before: int = 0
+             ) -> tuple[StreamState, int]:
+        """Feed decoded characters; as :meth:`guardrail.matching.automaton.Automaton.feed` (symbols are the
+        normalised characters: this stream has no boundary symbols)."""
+        node, previous_word, previous_space, _ = state
+        n = symbols_before
+        fold, delta, now, later = self._fold, self._delta, self.now, self.later
+        for char in text:
+            for c, word in fold.get(char) or self.fold(char):
+                if c == " ":
+                    if previous_space:
+                        continue
+                    previous_space = True
+                else:
+                    previous_space = False
+                previous_word = word
+                waiting = later[node]
+                if waiting is not None:
+                    for term, length in waiting[word]:
+                        hits.append((term, n - length))
+                nxt = delta[node].get(c)
+                node = self.step(node, c) if nxt is None else nxt
+                n += 1
+                for term, length in now[node]:
+                    hits.append((term, n - length))
+        return StreamState(node, previous_word, previous_space, ()), n
+
+    def finish(self, state: StreamState, hits: list[tuple[int, int]]) -> int:
+        """End of text (a non-word context): matches waiting on the next character are reported.
+        Returns the number of symbols emitted (always 0); ``hits`` as in :meth:`feed`."""
+        waiting = self.later[state.node]
+        if waiting is not None:
+            hits.extend((term, -length) for term, length in waiting[False])
+        return 0
+
+    def scan(self, norm: str) -> list[tuple[int, int, int]]:
+        """The matches in normalised text ``norm``: ``(local term id, start, end)`` (indexes into ``norm``, end
+        exclusive), one per term and end position, from the earliest start of a match ending there; in
+        the order they are reported (by end, then term). Linear in ``len(norm)``: the text matcher's engine
+        for regex terms (see docs/matching.md on why not a backtracking engine)."""
+        found: list[tuple[int, int, int]] = []
+        node, now, later = START_NODE, self.now, self.later
+        for n, char in enumerate(norm):
+            waiting = later[node]
+            if waiting is not None:
+                found.extend((term, n - length, n) for term, length in waiting[is_word_char(char)])
+            node = self.step(node, char)
+            found.extend((term, n + 1 - length, n + 1) for term, length in now[node])
+        waiting = later[node]
+        if waiting is not None:
+            found.extend((term, len(norm) - length, len(norm)) for term, length in waiting[False])
+        return found
+
+    def completes_inside(self, text: str, previous_word: bool) -> bool:
+        """Whether ``text`` (decoded) completes a match that begins inside it whatever precedes it (given
+        the word-ness of the character before it; the always-banned test).
+
+        Threads of earlier text can only add matches, except in one way: a longer match of the same term
+        ending at the same position whose report waits for the next character delays the report (see the
+        module docstring). A match reported at the very end of ``text`` therefore counts only for a term
+        that is never delayed (not in :attr:`delayable`).
+        """
+        node, previous_space, n = self.fresh(previous_word).node, False, 0
+        reported: list[tuple[int, int]] = []  # (term, end) of matches that began inside ``text``
+        for char in text:
+            for c, word in self.fold(char):
+                if c == " ":
+                    if previous_space:
+                        continue
+                    previous_space = True
+                else:
+                    previous_space = False
+                waiting = self.later[node]
+                if waiting is not None and any(n - length >= 0 for _, length in waiting[word]):
+                    return True  # decided by a character of ``text``: no earlier text changes that
+                node = self.step(node, c)
+                n += 1
+                reported.extend((term, n) for term, length in self.now[node] if n - length >= 0)
+        return any(end < n or term not in self.delayable for term, end in reported)
+
+
+class _Subsets:
+    """The subset construction's moves, memoised so that a node costs what its *older* threads cost.
+
+    A DFA node's threads are split in two: those that began at the last character (count 1) form a set that
+    depends only on that character's class and the context, shared by many nodes (with many terms, a
+    hundred or more threads: every term that may begin with that character), so their moves are computed
+    once per set and context and the set is referred to by an id; the older threads (count >= 2) are
+    few, and are the only ones closed and moved per node. The two parts may hold the same NFA state: the
+    older thread's count is the larger and wins wherever counts are compared.
+
+    Args:
+        nfa: the union NFA.
+        alphabet: its character classes.
+    """
+
+    def __init__(self, nfa: Nfa, alphabet: Alphabet):
+        self.nfa = nfa
+        self.by_word = {w: [c for c in range(alphabet.size) if alphabet.is_word[c] == w] for w in (False, True)}
+        # reads[q][w]: the classes of word-ness w that consuming state q accepts.
+        self.reads: dict[int, dict[bool, list[int]]] = {}
+        for state in range(nfa.num_states):
+            if nfa.consumes[state] >= 0:
+                members = alphabet.members[nfa.consumes[state]]
+                self.reads[state] = {w: [c for c in members if alphabet.is_word[c] == w] for w in (False, True)}
+        self.fresh_sets: dict[tuple[int, ...], int] = {(): 0}
+        self._fresh_list: list[tuple[int, ...]] = [()]
+        self._start_moves: dict[int, dict[int, int]] = {}
+        self._fresh_moves: dict[tuple[int, int], tuple[tuple[int, ...], dict[int, tuple[int, ...]]]] = {}
+
+    def _moves(self, states, context: int) -> tuple[set[int], dict[int, set[int]]]:
+        """Terms completed by epsilon moves from ``states`` in ``context``, and per class the states reached."""
+        completed: set[int] = set()
+        moves: dict[int, set[int]] = {}
+        next_word = bool(context & 1)
+        for state in states:
+            consuming, terms = self.nfa.closure(state, context)
+            completed.update(terms)
+            for q in consuming:
+                after = self.nfa.target[q]
+                for cls in self.reads[q][next_word]:
+                    moves.setdefault(cls, set()).add(after)
+        return completed, moves
+
+    def start_moves(self, context: int) -> dict[int, int]:
+        """Per class, the id of the set of states reached by matches beginning at this character."""
+        found = self._start_moves.get(context)
+        if found is None:
+            _, moves = self._moves(self.nfa.starts, context)
+            found = self._start_moves[context] = {cls: self._fresh_id(tuple(sorted(states)))
+                                                  for cls, states in moves.items()}
+        return found
+
+    def _fresh_id(self, states: tuple[int, ...]) -> int:
+        found = self.fresh_sets.get(states)
+        if found is None:
+            found = self.fresh_sets[states] = len(self._fresh_list)
+            self._fresh_list.append(states)
+        return found
+
+    def fresh_states(self, fresh: int) -> tuple[int, ...]:
+        """The NFA states of set ``fresh``."""
+        return self._fresh_list[fresh]
+
+    def fresh_moves(self, fresh: int, context: int) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
+        """Terms completed (length 1) by the threads of set ``fresh``, and per class the states they reach."""
+        key = (fresh, context)
+        found = self._fresh_moves.get(key)
+        if found is None:
+            completed, moves = self._moves(self._fresh_list[fresh], context)
+            found = self._fresh_moves[key] = (tuple(sorted(completed)),
+                                              {cls: tuple(sorted(states)) for cls, states in moves.items()})
+        return found
+
+    def older_moves(self, older: tuple[tuple[int, int], ...], context: int
+                    ) -> tuple[dict[int, int], dict[int, dict[int, int]]]:
+        """For threads ``(state, count)``: per term the longest match completed here, and per class the
+        threads reached (counts + 1; the largest count per state)."""
+        done: dict[int, int] = {}
+        moves: dict[int, dict[int, int]] = {}
+        next_word = bool(context & 1)
+        for state, count in older:
+            consuming, terms = self.nfa.closure(state, context)
+            for term in terms:
+                if done.get(term, 0) < count:
+                    done[term] = count
+            for q in consuming:
+                after = self.nfa.target[q]
+                for cls in self.reads[q][next_word]:
+                    reached = moves.setdefault(cls, {})
+                    if reached.get(after, 0) <= count:
+                        reached[after] = count + 1
+        return done, moves
+
+
+@functools.lru_cache(maxsize=16)
+def _cached(patterns: tuple[tuple[str, MatchMode], ...], case_sensitive: bool, max_states: int) -> RegexAutomaton:
+    return RegexAutomaton(patterns, case_sensitive, max_states)
+
+
+def compile_regex_stream(specs: Sequence[TermSpec], case_sensitive: bool,
+                         max_states: int = MAX_REGEX_DFA_STATES) -> RegexAutomaton:
+    """The :class:`RegexAutomaton` of ``specs`` (regex terms of one case mode), shared between artefacts
+    with the same patterns (an LRU of 16: request terms repeat; the automaton's memo writes are idempotent).
+
+    Raises:
+        WordListError: naming the list and the term (the first that is too large on its own), or the lists
+            when only the terms together exceed ``max_states``.
+    """
+    try:
+        return _build(specs, case_sensitive, max_states)
+    except _TooLarge as exc:
+        if exc.index is not None:
+            spec = specs[exc.index]
+            raise WordListError(f"term {spec.text!r}: {exc.reason}", spec.list_name) from None
+        names = ", ".join(sorted({spec.list_name for spec in specs}))
+        raise WordListError(f"the {len(specs)} regex terms of these lists together: {exc.reason}", names) from None
+
+
+class _TooLarge(Exception):
+    """A stream's automaton is over a limit; ``index``: the term (in the caller's order) over it on its own."""
+
+    def __init__(self, index: int | None, reason: str):
+        super().__init__(reason)
+        self.index, self.reason = index, reason
+
+
+def _build(specs: Sequence[TermSpec], case_sensitive: bool, max_states: int) -> RegexAutomaton:
+    try:
+        return _cached(tuple((spec.normalized, spec.match) for spec in specs), case_sensitive, max_states)
+    except RegexError as together:
+        for index, spec in enumerate(specs):
+            try:
+                _cached(((spec.normalized, spec.match),), case_sensitive, max_states)
+            except RegexError as alone:
+                raise _TooLarge(index, alone.reason) from None
+        raise _TooLarge(None, together.reason) from None
+
+
+def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES, source: str = "<request>") -> None:
+    """Check that ``wordlist``'s regex terms compile: their rewrite over normalised text and the automaton
+    limits, which parsing cannot check. The service calls it before it stores a list or queues a request
+    (the automata are then in the LRU :func:`compile_regex_stream` reads).
+
+    Raises:
+        WordListError: from ``source``, with ``line`` = the 1-based index in ``wordlist.terms`` of the term
+            at fault (``None`` when only the terms of one case mode together are too large).
+    """
+    for case_sensitive in (False, True):
+        specs: list[TermSpec] = []
+        lines: list[int] = []
+        for line, term in enumerate(wordlist.terms, start=1):
+            if term.regex and term.case_sensitive == case_sensitive:
+                try:
+                    specs.append(term_spec(len(specs), wordlist.name, term))
+                except WordListError as exc:
+                    raise WordListError(exc.reason, source, line) from None
+                lines.append(line)
+        if specs:
+            try:
+                _build(specs, case_sensitive, max_states)
+            except _TooLarge as exc:
+                if exc.index is None:
+                    raise WordListError(f"the {len(specs)} regex terms together: {exc.reason}", source) from None
+                spec = specs[exc.index]
+                raise WordListError(f"term {spec.text!r}: {exc.reason}", source, lines[exc.index]) from None
