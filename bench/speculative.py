@@ -10,8 +10,9 @@ Prints one JSON object; every ratio has its baseline measured in the same run, i
   Also the acceptance rate (accepted ÷ drafted tokens) and completion tokens per decode forward pass.
 * ``batch8``: the same prompts (6 repetitive + 2 open) through :class:`BatchedDecoder`, speculation on vs
   off, aggregate tokens/s.
-* ``hits``: the leak suite with every target banned (most requests roll back), speculation on vs off:
-  forward passes per banned hit, and the texts equal.
+* ``hits``: the leak suite with every target banned (most requests roll back), speculation on vs off: hits,
+  decode forward passes in all (on ÷ off: a discarded drafted token costs no pass of its own, so passes per
+  discarded token are not comparable), tokens discarded per hit, and the texts equal.
 * ``verify_cost``: one forward pass over ``rows`` rows of ``1 + k`` tokens each, ms (what
   ``drafting.VerifyCost`` is fitted to).
 
@@ -38,7 +39,7 @@ from guardrail.engines.transformers.batch_cache import BatchKVCache, Prefill  # 
 from guardrail.engines.transformers.batched import BatchedDecoder  # noqa: E402
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
 from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
-from guardrail.guard.events import Finish  # noqa: E402
+from guardrail.guard.events import Finish, Rollback  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
@@ -126,16 +127,22 @@ def bench_hits(decoders, tokenizer, vocab):
     out = {}
     texts = {}
     for name in ("off", "on"):
-        hits = passes = 0
+        hits = passes = discarded = 0
         texts[name] = []
         for case in leaks:
             params = SamplingParams(temperature=0, max_tokens=case["tokens_to_term"] + 6)
-            finish = list(decoders[name].stream(chat(tokenizer, case["prompt"]), artefact, params))[-1]
+            events = list(decoders[name].stream(chat(tokenizer, case["prompt"]), artefact, params))
+            finish = events[-1]
             assert isinstance(finish, Finish)
             hits += finish.usage.rollbacks
             passes += finish.usage.forward_passes - 1
+            discarded += sum(e.tokens_discarded for e in events if isinstance(e, Rollback))
             texts[name].append(finish.text)
-        out[name] = {"hits": hits, "decode_passes": passes, "passes_per_hit": round(passes / max(hits, 1), 3)}
+        # Without speculation every discarded token cost one pass (bench/decode.py's passes per hit); with it
+        # a discarded drafted token cost none of its own, so compare decode passes in all for the same texts.
+        out[name] = {"hits": hits, "decode_passes": passes, "tokens_discarded": discarded,
+                     "tokens_discarded_per_hit": round(discarded / max(hits, 1), 3)}
+    out["decode_passes_on_over_off"] = round(out["on"]["decode_passes"] / max(out["off"]["decode_passes"], 1), 3)
     out["same_text"] = sum(a == b for a, b in zip(texts["off"], texts["on"], strict=True))
     out["prompts"] = len(leaks)
     return out

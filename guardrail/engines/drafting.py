@@ -122,6 +122,12 @@ class VerifyCost:
     Fitted to SmolLM2 float32 on 2 CPU cores (``bench/speculative.py``, ``verify_cost``: a pass over 1 / 8
     rows of 1, 2, 3 and 5 tokens each took 65 / 74 / 69 / 88 ms and 117 / 129 / 154 / 178 ms): the first
     extra column costs most (matrix-vector kernels turn into matrix-matrix ones), further ones ~1.5 %.
+
+    Measured again in 3 later runs on the same machine: 1 row 55-62 / 94-96 / 112-122 / 74-80 ms — MKL's
+    linear layers are slower over 2 or 3 columns than over 4 or 5, which this smooth curve does not model.
+    A per-shape table of measured pass times in place of the curve was tried: no gain at batch 1 (-1.5 % /
+    +2.6 % tokens/s on open / repetitive prompts, noise) and 15 % fewer tokens/s at batch 8 (few samples per
+    (rows, width) and no re-exploration of a width once measured slow), so the curve stays.
     """
 
     token_share: float = 0.015
