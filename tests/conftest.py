@@ -47,6 +47,16 @@ def gemma3_vocab(gemma3_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tok(smollm2_tokenizer):
+    """``tok(" hello")`` -> the single SmolLM2 token id of that text (asserts it is one token)."""
+    def one(text):
+        ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+        assert len(ids) == 1, (text, ids)
+        return ids[0]
+    return one
+
+
+@pytest.fixture(scope="session")
 def smollm2_model():
     """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are marked ``@pytest.mark.slow``."""
     return load_model("smollm2")

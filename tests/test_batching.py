@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from streams import assert_no_leak, contract
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
-from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
-from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
@@ -46,32 +46,6 @@ def jobs(smollm2_tokenizer, artefact):
         ids = prompt_ids(smollm2_tokenizer, messages=[{"role": "user", "content": case["prompt"]}])
         out.append((ids, artefact, SamplingParams(temperature=0, max_tokens=case["tokens_to_term"] + MARGIN)))
     return out
-
-
-def contract(events):
-    """What a client sees of a stream: deltas, rollbacks, and the finish without timings or pass counts."""
-    out = []
-    for event in events:
-        if isinstance(event, Finish):
-            out.append(("finish", event.reason, event.text, event.token_ids, event.usage.completion_tokens,
-                        event.usage.rollbacks))
-        elif isinstance(event, Rollback):
-            out.append(("rollback", event.position, event.tokens_discarded))
-        else:
-            out.append(("delta", event.text))
-    return out
-
-
-def assert_no_leak(events):
-    matcher = TextMatcher(TARGETS)
-    streamed = ""
-    for event in events:
-        if isinstance(event, TextDelta):
-            streamed += event.text
-            assert not matcher.scan(streamed), streamed
-    finish = events[-1]
-    assert isinstance(finish, Finish) and finish.text == streamed
-    assert not matcher.scan(finish.text), finish.text
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +92,7 @@ def test_joining_rows_are_prefilled_in_groups_and_reuse_the_cached_chat_head(bat
 
 def test_no_leak_at_batch_8_greedy_in_final_text_and_every_streamed_prefix(batched_greedy):
     for stream in batched_greedy[1]:
-        assert_no_leak(stream)
+        assert_no_leak(stream, TARGETS)
 
 
 def test_no_leak_at_batch_8_sampled_and_seeded_rows_draw_as_alone(decoder, jobs):
@@ -126,7 +100,7 @@ def test_no_leak_at_batch_8_sampled_and_seeded_rows_draw_as_alone(decoder, jobs)
                for i, (ids, art, p) in enumerate(jobs)]
     events = BatchedDecoder(decoder, max_batch=8).generate(sampled)
     for stream in events:
-        assert_no_leak(stream)
+        assert_no_leak(stream, TARGETS)
     for job, stream in list(zip(sampled, events, strict=True))[:4]:  # own generator per row
         assert contract(stream) == contract(list(decoder.stream(*job)))
 

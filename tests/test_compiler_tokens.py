@@ -217,10 +217,17 @@ def test_rollback_to_restores_the_state_of_the_shorter_prefix(setup):
 def test_a_hit_never_starts_in_a_released_token(setup):
     """Hold-back: once released, a token can never be rolled back (trap 6)."""
     tokenizer, vocab, _, artefact, _ = setup
-    rng = random.Random(7)
+    assert hits_after_hold_back(tokenizer, vocab, artefact, FRAGMENTS, 8, random.Random(7)) > 50
+
+
+def hits_after_hold_back(tokenizer, vocab, artefact, fragments, pieces, rng) -> int:
+    """Decode 300 random texts of ``pieces`` fragments, each split at a random point, through a
+    :class:`TokenMatcher`; assert that no hit starts in a token ``releasable()`` already released and that
+    no released prefix ends inside a UTF-8 character. Returns the hits seen (so a caller can check that the
+    texts do exercise hits)."""
     hits = 0
     for _ in range(300):
-        text = "".join(rng.choice(FRAGMENTS) for _ in range(8))
+        text = "".join(rng.choice(fragments) for _ in range(pieces))
         ids = encode_split(tokenizer, text, [rng.randrange(len(text) + 1)])
         matcher, released = TokenMatcher(artefact), 0
         for token in ids:
@@ -235,7 +242,7 @@ def test_a_hit_never_starts_in_a_released_token(setup):
         else:
             hit = matcher.finish()
             assert hit is None or hit.start_token >= released
-    assert hits > 50  # the random texts do exercise hits
+    return hits
 
 
 def test_always_banned_tokens_complete_a_term_by_themselves(setup):

@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from streams import assert_no_leak
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
-from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.guard.events import Finish, Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.evasion_forms import find_evasions
 from guardrail.matching.term_spec import flatten
@@ -67,19 +68,6 @@ def forms_after_first_rollback(events, vocab, lists):
     first = min(r.position for r in rollbacks)
     offset = len(b"".join(vocab.token_bytes[t] for t in finish.token_ids[:first]).decode("utf-8", "replace"))
     return [f for f in find_evasions(finish.text, flatten(lists)[0]) if f.end > offset]
-
-
-def assert_no_leak(events, lists):
-    matcher = TextMatcher(lists)
-    streamed = ""
-    for event in events[:-1]:
-        assert not isinstance(event, Finish)
-        if isinstance(event, TextDelta):
-            streamed += event.text
-            assert matcher.scan(streamed) == [], streamed
-    finish = events[-1]
-    assert isinstance(finish, Finish) and finish.text == streamed
-    assert matcher.scan(finish.text) == [], finish.text
 
 
 def test_every_kind_has_a_case():

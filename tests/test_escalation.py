@@ -28,16 +28,6 @@ EOS = 2
 
 
 @pytest.fixture(scope="module")
-def tok(smollm2_tokenizer):
-    """``tok(" hello")`` -> the single token id of that text."""
-    def one(text):
-        ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
-        assert len(ids) == 1, (text, ids)
-        return ids[0]
-    return one
-
-
-@pytest.fixture(scope="module")
 def lists():
     return [wordlist_from_terms(["hello", "good morning"], name="greetings")]
 

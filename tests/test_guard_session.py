@@ -17,16 +17,6 @@ from guardrail.wordlists.wordlist import MatchMode, Term, wordlist_from_terms
 
 
 @pytest.fixture(scope="module")
-def tok(smollm2_tokenizer):
-    """``tok(" hello")`` -> the single token id of that text."""
-    def one(text):
-        ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
-        assert len(ids) == 1, (text, ids)
-        return ids[0]
-    return one
-
-
-@pytest.fixture(scope="module")
 def hello(smollm2_vocab):
     """The word term "hello" (complete only once a non-letter follows) and the phrase "good morning"."""
     return compile_artefact(smollm2_vocab, [wordlist_from_terms(["hello", "good morning"], name="greetings")])

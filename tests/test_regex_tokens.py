@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from regex_oracle import ReferenceRegex
-from test_compiler_tokens import byte_start_of_token, encode, encode_split, first_hit
+from test_compiler_tokens import byte_start_of_token, encode, encode_split, first_hit, hits_after_hold_back
 from test_regex_terms import patterns
 
 from guardrail.matching.artefact import ROOT_STATE
@@ -256,26 +256,9 @@ def test_a_word_regex_at_the_very_end_matches_only_at_finish(regex_setup):
 def test_a_hit_never_starts_in_a_released_token(regex_setup):
     """Hold-back: a token released by ``releasable()`` is never the start of a later regex hit."""
     tokenizer, vocab, artefact = regex_setup
-    rng = random.Random(11)
     fragments = ["s", "o", "0", "rr", "y", "ies", " ", ".", "f", "*", "ck", "ing", "55", "5-", "12", "34", "傻",
                  "逼", "kill", " all", " every", "one", "NaN", "x", "Well"]
-    hits = 0
-    for _ in range(300):
-        text = "".join(rng.choice(fragments) for _ in range(10))
-        ids = encode_split(tokenizer, text, [rng.randrange(len(text) + 1)])
-        matcher, released = TokenMatcher(artefact), 0
-        for token in ids:
-            hit = matcher.push(token)
-            if hit is not None:
-                assert hit.start_token >= released, (text, hit, released)
-                hits += 1
-                break
-            released = max(released, matcher.releasable())
-            b"".join(vocab.token_bytes[t] for t in matcher.tokens[:released]).decode("utf-8")
-        else:
-            hit = matcher.finish()
-            assert hit is None or hit.start_token >= released
-    assert hits > 50
+    assert hits_after_hold_back(tokenizer, vocab, artefact, fragments, 10, random.Random(11)) > 50
 
 
 def test_lookback_bounds_where_a_regex_match_in_progress_began(regex_setup):

@@ -11,14 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+from streams import assert_no_leak, contract
 
 from guardrail.engines.drafting import SpeculativeConfig
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
-from guardrail.guard.events import Finish, Rollback, TextDelta
 from guardrail.matching.compiler import compile_artefact
-from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
@@ -61,30 +60,6 @@ def copy_jobs(smollm2_tokenizer, vocab):
     artefact = compile_artefact(vocab, COPIED)
     return [(prompt_ids(smollm2_tokenizer, messages=[{"role": "user", "content": case["prompt"]}]), artefact,
              SamplingParams(temperature=0, max_tokens=64)) for case in REPETITIVE]
-
-
-def contract(events):
-    """What a client sees of a stream: deltas, rollbacks, and the finish without timings or pass counts."""
-    out = []
-    for event in events:
-        if isinstance(event, Finish):
-            out.append(("finish", event.reason, event.text, event.token_ids, event.usage.completion_tokens,
-                        event.usage.rollbacks))
-        elif isinstance(event, Rollback):
-            out.append(("rollback", event.position, event.tokens_discarded))
-        else:
-            out.append(("delta", event.text))
-    return out
-
-
-def assert_no_leak(events, lists):
-    matcher = TextMatcher(lists)
-    streamed = ""
-    for event in events:
-        if isinstance(event, TextDelta):
-            streamed += event.text
-            assert not matcher.scan(streamed), streamed
-    assert isinstance(events[-1], Finish) and events[-1].text == streamed
 
 
 def test_greedy_output_equals_decoding_without_speculation_on_the_leak_suite(speculative, plain, leak_jobs):

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from guardrail.matching.normalize import fold_char, is_word_char
+from guardrail.matching.normalize import FoldedChars, is_word_char
 from guardrail.wordlists.wordlist import MatchMode
 
 #: The word/non-word transition symbol. NUL is removed by normalisation, so it never occurs in text.
@@ -143,7 +143,7 @@ class Automaton:
                     self.fail[child] = self.goto[f].get(symbol, 0)
                 order.append(child)
         self._delta: list[dict[str, int]] = [dict(g) for g in self.goto]
-        self._fold: dict[str, tuple[tuple[str, bool], ...]] = {}
+        self._fold = FoldedChars(case_sensitive)
 
     @property
     def num_nodes(self) -> int:
@@ -162,10 +162,7 @@ class Automaton:
 
     def fold(self, char: str) -> tuple[tuple[str, bool], ...]:
         """Normalised characters of one input character, each with its word-character flag (memoised)."""
-        folded = self._fold.get(char)
-        if folded is None:
-            folded = self._fold[char] = tuple((c, is_word_char(c)) for c in fold_char(char, self.case_sensitive))
-        return folded
+        return self._fold[char]
 
     def fresh(self, prev_word: bool) -> StreamState:
         """The state of a stream with nothing in progress after a word (or a non-word) character."""

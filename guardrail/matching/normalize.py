@@ -46,6 +46,20 @@ def fold_char(char: str, case_sensitive: bool = False) -> str:
     return "".join(out)
 
 
+class FoldedChars(dict[str, tuple[tuple[str, bool], ...]]):
+    """Memo of one case mode: input character -> its normalised characters (:func:`fold_char`), each with
+    its word-character flag. The automata's streams read it once per decoded character, so a hit is one
+    dict lookup (``memo.get(char)`` on their hot loops, ``memo[char]`` fills a miss)."""
+
+    def __init__(self, case_sensitive: bool):
+        super().__init__()
+        self.case_sensitive = case_sensitive
+
+    def __missing__(self, char: str) -> tuple[tuple[str, bool], ...]:
+        folded = self[char] = tuple((c, is_word_char(c)) for c in fold_char(char, self.case_sensitive))
+        return folded
+
+
 def normalize_with_offsets(text: str, case_sensitive: bool = False) -> tuple[str, list[int]]:
     """Normalise ``text`` and map every output character back to the index of its source character.
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.charset import Alphabet
-from guardrail.matching.normalize import fold_char, is_word_char
+from guardrail.matching.normalize import FoldedChars, is_word_char
 from guardrail.matching.regex_nfa import Nfa
 from guardrail.matching.term_spec import TermSpec, term_spec
 from guardrail.wordlists.regex_syntax import RegexError
@@ -158,7 +158,7 @@ class RegexAutomaton:
             for after_word, after_other in [(subsets.start_moves(2 + next_word), subsets.start_moves(next_word))]
             for cls in after_word)
         self._delta: list[dict[str, int]] = [{} for _ in range(self.num_nodes)]
-        self._fold: dict[str, tuple[tuple[str, bool], ...]] = {}
+        self._fold = FoldedChars(case_sensitive)
 
     def step(self, node: int, char: str) -> int:
         """The node after the normalised character ``char`` (memoised per node)."""
@@ -169,10 +169,7 @@ class RegexAutomaton:
 
     def fold(self, char: str) -> tuple[tuple[str, bool], ...]:
         """Normalised characters of one input character, each with its word-character flag (memoised)."""
-        folded = self._fold.get(char)
-        if folded is None:
-            folded = self._fold[char] = tuple((c, is_word_char(c)) for c in fold_char(char, self.case_sensitive))
-        return folded
+        return self._fold[char]
 
     def fresh(self, previous_word: bool) -> StreamState:
         """The state of a stream with nothing in progress after a word (or a non-word) character."""
