@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from guardrail.engines.drafting import PromptLookup, SpeculativeConfig, VerifyCost, draft_width
+from guardrail.engines.drafting import PromptLookup, SpeculativeConfig, VerifyCost, draft_width, expected_tokens
 
 
 def test_prompt_lookup_proposes_what_followed_the_latest_earlier_match_longest_ngram_first():
@@ -39,6 +39,7 @@ def test_the_width_grows_with_the_acceptance_rate_and_is_zero_when_drafts_do_not
     assert draft_width(1.0, 2, 4, cost) == 2  # never more than proposed
     assert draft_width(1.0, 8, 3, cost) == 3  # nor more than the limit
     assert cost.of(0) == 1.0 and cost.of(2, rows=8) > cost.of(2, rows=1) > 1.0
+    assert expected_tokens(0.5, 0) == 1.0 and expected_tokens(0.5, 2) == 1.75 and expected_tokens(1.0, 4) == 5.0
 
 
 def test_config_is_checked():

@@ -143,23 +143,26 @@ class VerifyCost:
 def draft_width(acceptance: float, available: int, limit: int, cost: VerifyCost = VerifyCost()) -> int:
     """How many of ``available`` drafted tokens to verify (<= ``limit``), given the acceptance rate.
 
-    Expected tokens kept by a pass with ``k`` drafts, each accepted with probability ``a`` independently
-    until the first rejection: ``1 + a + a^2 + ... + a^k``; the width maximising that over
-    :meth:`VerifyCost.of` is chosen (0 when no width beats a plain step).
+    Expected tokens kept by a pass with ``k`` drafts (:func:`expected_tokens`); the width maximising that
+    over :meth:`VerifyCost.of` is chosen (0 when no width beats a plain step).
 
     Args:
         acceptance: the request's acceptance-rate average, in ``[0, 1]``.
         available: tokens the drafter proposed.
         limit: drafted tokens per step at most (``GUARDRAIL_SPECULATIVE_TOKENS``).
     """
-    best, best_rate, expected, term = 0, 1.0, 1.0, 1.0
+    best, best_rate = 0, 1.0
     for k in range(1, min(available, limit) + 1):
-        term *= acceptance
-        expected += term
-        rate = expected / cost.of(k)
+        rate = expected_tokens(acceptance, k) / cost.of(k)
         if rate > best_rate:
             best, best_rate = k, rate
     return best
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens a pass feeding ``k`` drafts keeps on average, each draft accepted with probability
+    ``acceptance`` until the first rejection: ``1 + a + a^2 + ... + a^k``."""
+    return sum(acceptance ** i for i in range(k + 1))
 
 
 @dataclass(frozen=True)

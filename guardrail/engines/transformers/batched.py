@@ -46,6 +46,7 @@ from typing import cast
 
 import torch
 
+from guardrail.engines.drafting import expected_tokens
 from guardrail.engines.transformers.batch_cache import (
     DEFAULT_COMPACT_AT,
     DEFAULT_PREFILL_CHUNK,
@@ -302,12 +303,8 @@ class BatchedDecoder:
         cost = self.decoder.speculative.cost
         best, best_rate = 0, float(len(rows))
         for width in range(1, longest + 1):
-            expected = 0.0
-            for row, span in zip(rows, spans, strict=True):
-                term, expected = 1.0, expected + 1.0
-                for _ in range(min(width, len(span) - 1)):
-                    term *= row.acceptance
-                    expected += term
+            expected = sum(expected_tokens(row.acceptance, min(width, len(span) - 1))
+                           for row, span in zip(rows, spans, strict=True))
             rate = expected / cost.of(width, len(rows))
             if rate > best_rate:
                 best, best_rate = width, rate
