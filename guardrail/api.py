@@ -21,11 +21,12 @@ from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
 from guardrail.guard.events import Completion, Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.matching.combined import ArtefactLike
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.selection import select_wordlists
-from guardrail.wordlists.wordlist import WordList
+from guardrail.wordlists.wordlist import WordList, with_obfuscation
 
 __all__ = ["Completion", "FinishReason", "Guard", "TextDelta", "Rollback", "Finish", "Usage"]
 
@@ -66,7 +67,8 @@ class Guard:
 
     @classmethod
     def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
-             redis_url: str | None = None, cache_dir: str | Path | None = None) -> Guard:
+             redis_url: str | None = None, cache_dir: str | Path | None = None,
+             obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
         """Load a model and compile (or fetch) its artefact.
 
         Args:
@@ -75,12 +77,15 @@ class Guard:
             banned: extra terms (a list named ``request``).
             redis_url: share compiled artefacts through Redis.
             cache_dir: directory for compiled artefacts on disk (default: guardrail's cache directory).
+            obfuscation: which obfuscated forms match too, for lists without their own level (``off``,
+                ``homoglyphs``, ``leet``, ``spaced``, ``masked``, optionally ``+markup``; docs/matching.md).
 
         Raises:
-            ValueError: unknown model (see :func:`guardrail.models.resolve_model`).
+            ValueError: unknown model (see :func:`guardrail.models.resolve_model`), invalid ``obfuscation``.
             WordListError: unknown list name, malformed list file, invalid term.
         """
-        lists = select_wordlists(wordlists, banned)  # before the slow loads: a typo fails fast
+        # before the slow loads: a typo fails fast
+        lists = with_obfuscation(select_wordlists(wordlists, banned), obfuscation)
         return cls.load_lists(model, lists, redis_url=redis_url, cache_dir=cache_dir)
 
     @classmethod
@@ -94,7 +99,8 @@ class Guard:
 
     @classmethod
     def from_model(cls, model, tokenizer, wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
-                   redis_url: str | None = None, cache_dir: str | Path | None = None) -> Guard:
+                   redis_url: str | None = None, cache_dir: str | Path | None = None,
+                   obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
         """The full rollback decoder on a model you already loaded (``AutoModelForCausalLM.from_pretrained``).
 
         Same guarantee as :meth:`load` (unlike the mask-only
@@ -104,7 +110,7 @@ class Guard:
         Args:
             model: a transformers ``PreTrainedModel`` causal LM, in eval mode, on the CPU.
             tokenizer: its tokenizer (a transformers fast tokenizer; the token bytes are read from it).
-            wordlists, banned, redis_url, cache_dir: as for :meth:`load`.
+            wordlists, banned, redis_url, cache_dir, obfuscation: as for :meth:`load`.
 
         Raises:
             ValueError: ``model`` is not a causal LM with a config, is in training mode or not on the CPU.
@@ -122,7 +128,7 @@ class Guard:
         device = getattr(model, "device", None)
         if device is not None and getattr(device, "type", "cpu") != "cpu":
             raise ValueError(f"model: the transformers engine decodes on the CPU, the model is on {device}")
-        lists = select_wordlists(wordlists, banned)
+        lists = with_obfuscation(select_wordlists(wordlists, banned), obfuscation)
         return cls._build(model, tokenizer, lists, redis_url, cache_dir)
 
     @classmethod

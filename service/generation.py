@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta, Usage
 from guardrail.prompts import prompt_ids
+from guardrail.wordlists.wordlist import with_obfuscation
 from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
@@ -212,7 +213,10 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
                        code="context_length_exceeded")
     stored = stored_lists(runtime, body.wordlists)
     own = request_list(runtime, body.request_terms())
-    wordlists = tuple(s.wordlist for s in stored) + ((own,) if own is not None else ())
+    # Lists and terms without their own obfuscation level take the request's, else the server's.
+    obfuscation = body.obfuscation or settings.obfuscation
+    wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([own] if own is not None else []),
+                                       obfuscation))
     options: dict[str, Any] = {
         "max_tokens": max_tokens,
         "stop": body.stop_list(),
@@ -238,7 +242,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         params.check_vocab(runtime.vocab_size)
     except ValueError as exc:  # the core's messages start with the field's name
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
-    fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored},
+    fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored}, "obfuscation": obfuscation,
               "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens}
     return Prepared(
         GenerationRequest(prompt, wordlists, params, body.n, fields, settings.debug_log_prompts),

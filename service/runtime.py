@@ -27,7 +27,7 @@ from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_model, load_tokenizer
-from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist
+from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist, with_obfuscation
 from service.catalog import WordListCatalog
 from service.metrics import ServiceMetrics
 from service.settings import Settings
@@ -113,7 +113,7 @@ class Runtime:
             prefix_cache_bytes=settings.prefix_cache_mb * 2**20, on_step=metrics.batch_size.observe)
         threads = max(settings.max_concurrent, settings.max_batch)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
-        self._text_matchers: OrderedDict[tuple[tuple[str, int], ...], TextMatcher] = OrderedDict()
+        self._text_matchers: OrderedDict[tuple[object, ...], TextMatcher] = OrderedDict()
         self._matchers_lock = threading.Lock()
 
     def start(self) -> None:
@@ -161,21 +161,22 @@ class Runtime:
     def _warm_up(self) -> None:
         try:
             lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
-            self.artefacts.get(self.vocab, lists)
+            self.artefacts.get(self.vocab, with_obfuscation(lists, self.settings.obfuscation))
             TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
             word_chars()  # and regex terms against the \w \d \s tables (~0.3 s once)
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 
-    def text_matcher(self, stored: Sequence[StoredWordList]) -> TextMatcher:
-        """The text matcher for these list versions (built once per combination, LRU-kept)."""
-        key = tuple((s.wordlist.name, s.version) for s in stored)
+    def text_matcher(self, stored: Sequence[StoredWordList], obfuscation: str) -> TextMatcher:
+        """The text matcher for these list versions at this obfuscation setting (for lists without their
+        own; built once per combination, LRU-kept)."""
+        key = (*((s.wordlist.name, s.version) for s in stored), obfuscation)
         with self._matchers_lock:
             found = self._text_matchers.get(key)
             if found is not None:
                 self._text_matchers.move_to_end(key)
                 return found
-        matcher = TextMatcher([s.wordlist for s in stored])
+        matcher = TextMatcher([s.wordlist for s in stored], obfuscation=obfuscation)
         with self._matchers_lock:
             self._text_matchers[key] = matcher
             while len(self._text_matchers) > _TEXT_MATCHERS_KEPT:

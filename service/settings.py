@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
 from guardrail.engines.transformers.watermark import DEFAULT_HASHING_KEY
 from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
 from guardrail.models import cache_dir
 from guardrail.wordlists.wordlist import MAX_TERMS
 
@@ -106,6 +107,11 @@ class Settings(BaseSettings):
         DEFAULT_EVASION_GUARD, description="substring: a term that caused a rollback is also matched as a substring "
         "for the rest of that generation (glued and _-joined forms); edit: also with one edit of tolerance (terms "
         "of 5+ letters: misspellings); off. A request's evasion_guard overrides it.")
+    obfuscation: str = Field(
+        str(DEFAULT_OBFUSCATION), pattern=OBFUSCATION_PATTERN,
+        description="Which obfuscated forms of the terms also match, for lists and terms that set no level of their "
+        "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
+        "obfuscation overrides it.")
     watermark_key: int = Field(
         DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
     )

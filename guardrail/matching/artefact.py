@@ -7,8 +7,10 @@ an incremental UTF-8 decoder and the character automata (one per case mode), a f
 
 States are interned tuples ``(utf8_pending_bytes, StreamState, ...)``; state id 0 is the text start.
 Streams: the plain terms of each case mode (one Aho–Corasick automaton each), then the regex terms of each
-case mode (one :class:`~guardrail.matching.regex_automaton.RegexAutomaton` each); a list without regex terms
-has exactly the streams it had before regex terms existed.
+case mode (one :class:`~guardrail.matching.regex_automaton.RegexAutomaton` each), then the obfuscation streams
+(one :class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton` per view: the terms whose
+obfuscation level is not ``off``, read as the reader sees the text; docs/matching.md, "Obfuscation"). A term
+with obfuscation is in its plain stream *and* in an obfuscation stream: either may report it.
 
 Thread safety: one artefact is shared by every request of a process. Reads of the memo (the per-step
 fast path) take no lock; every write (a new transition, a new state, the lazily built indexes) happens
@@ -26,6 +28,9 @@ from typing import NamedTuple, TypeAlias
 import numpy as np
 
 from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState, symbol_pattern
+from guardrail.matching.obfuscation import ObfuscationLevel
+from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton, compile_obfuscation_stream
+from guardrail.matching.obfuscation_nfa import ObfuscatedTerm
 from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
 from guardrail.matching.regex_tokens import continuing_tokens, inside_candidates
 from guardrail.matching.term_spec import AllowSpec, TermSpec
@@ -36,7 +41,7 @@ from guardrail.wordlists.wordlist import MatchMode
 #: A stream of the artefact: the plain terms of one case mode (Aho–Corasick over symbols with boundaries) or
 #: its regex terms (a DFA over normalised characters). Both have ``feed``, ``finish``, ``fresh``,
 #: ``completes_inside``, ``depth``, ``num_nodes`` and ``case_sensitive``; ``regex`` tells them apart.
-StreamAutomaton: TypeAlias = Automaton | RegexAutomaton
+StreamAutomaton: TypeAlias = Automaton | RegexAutomaton | ObfuscationAutomaton
 
 ROOT_STATE = 0
 #: Memoised (state, token) pairs kept before the non-root memo is cleared (bounds a long-lived process).
@@ -159,6 +164,18 @@ class Artefact:
             self.global_ids.append([t.term_id for t in mine])
             for local, t in enumerate(mine):
                 self.stream_of[t.term_id] = (stream, local)
+        # Obfuscation streams, one per view; a term keeps its plain stream in ``stream_of`` (retry bans).
+        views: dict[tuple[bool, bool], list[TermSpec]] = {}
+        for t in self.terms:
+            if not t.obfuscation.off:
+                views.setdefault((t.obfuscation.level >= ObfuscationLevel.SPACED, t.obfuscation.markup), []).append(t)
+        for (spaced, markup), mine in sorted(views.items()):
+            self.automata.append(compile_obfuscation_stream(
+                tuple(ObfuscatedTerm(t.normalized, t.match, t.obfuscation) for t in mine), spaced, markup))
+            self.patterns.append([])
+            self.allow_patterns.append([])
+            self.global_ids.append([t.term_id for t in mine])
+        self._viewed = [s for s, a in enumerate(self.automata) if isinstance(a, ObfuscationAutomaton)]
         self._lock = threading.Lock()
         self._states: list[tuple] = []
         self._state_ids: dict[tuple, int] = {}
@@ -199,8 +216,13 @@ class Artefact:
         return self._states[state_id][1:]
 
     def has_pending_bytes(self, state_id: int) -> bool:
-        """Whether the text so far ends inside a UTF-8 character."""
-        return bool(self._states[state_id][0])
+        """Whether the text so far ends inside a UTF-8 character, or with characters an obfuscation view has
+        not emitted yet (both make the boundary unclean: nothing before it is released, and a match that
+        begins with such a character rolls back to where its first byte is)."""
+        state = self._states[state_id]
+        if state[0]:
+            return True
+        return any(self.automata[s].buffered(state[s + 1]) for s in self._viewed)  # type: ignore[union-attr]
 
     def lookback(self, state_id: int) -> tuple[int, ...]:
         """Per stream, how many of the latest symbols a future match could still start in."""
@@ -323,13 +345,22 @@ class Artefact:
         for stream, (automaton, state) in enumerate(zip(self.automata, streams)):
             local: list[tuple[int, int]] = []
             lead = 0
+            viewed = isinstance(automaton, ObfuscationAutomaton)
             if lead_chars:
                 state, lead = automaton.feed(state, lead_chars, local)
+                state, count = automaton.feed(state, text[1:], local, lead)
+            elif viewed and text and automaton.buffered(state):  # type: ignore[union-attr]
+                # Characters of earlier tokens come out with this token's first one: a match that begins
+                # with them rolls back to the token where they were (as a split UTF-8 character).
+                state, lead = automaton.feed(state, text[:1], local)
                 state, count = automaton.feed(state, text[1:], local, lead)
             else:
                 state, count = automaton.feed(state, text, local)
             if final:
-                count += automaton.finish(state, local)
+                if viewed:
+                    count += automaton.finish(state, local, count)  # type: ignore[call-arg]
+                else:
+                    count += automaton.finish(state, local)
                 state = automaton.fresh(False)
             ids = self.global_ids[stream]
             hits.extend((ids[term], stream, start) for term, start in local)
@@ -361,8 +392,13 @@ class Artefact:
         flags: list[list[int]] = [[] for _ in range(num_streams)]
         pending_bytes: list[int] = []
         hitting: list[int] = []
-        feeds = [a.feed for a in self.automata]
-        starts = [a.fresh(False) for a in self.automata]
+        # Obfuscation streams are not swept: their view's state depends on what came before, so their root
+        # transitions are never exact (computed on first use) and no token is always banned by them.
+        swept = [s for s in range(num_streams) if s not in self._viewed]
+        for s in self._viewed:
+            node[s] = symbols[s] = flags[s] = [0] * len(self.vocab.token_bytes)
+        feeds = [self.automata[s].feed for s in swept]
+        starts = [self.automata[s].fresh(False) for s in swept]
         local: list[tuple[int, int]] = []
         for token_id, data in enumerate(self.vocab.token_bytes):
             try:
@@ -371,7 +407,7 @@ class Artefact:
                 text, rest = _decode(b"", data)
             pending_bytes.append(len(rest))
             any_hit = False
-            for stream, (feed, start) in enumerate(zip(feeds, starts)):
+            for stream, feed, start in zip(swept, feeds, starts):
                 state, count = feed(start, text, local)
                 node[stream].append(state.node)
                 symbols[stream].append(count)
@@ -436,7 +472,11 @@ class Artefact:
         """
         found = self._completing.get(state_id)
         if found is None:
-            found = self._compute_completing(state_id)
+            # Obfuscation streams read through a view whose state depends on the text before: no prefix
+            # index describes what completes them, so every token is checked (~0.1-0.5 s per new state on
+            # SmolLM2; only mask-only engines ask, docs/matching.md).
+            found = (self._verified(state_id, np.arange(len(self.vocab.token_bytes), dtype=np.int64))
+                     if self._viewed else self._compute_completing(state_id))
             with self._lock:
                 if len(self._completing) >= COMPLETING_LIMIT:
                     self._completing.clear()
@@ -458,7 +498,7 @@ class Artefact:
         if pending_bytes:
             candidates.append(index.continuation_first)
         for automaton, state in zip(self.automata, streams):
-            if not isinstance(automaton, RegexAutomaton):
+            if not isinstance(automaton, RegexAutomaton) or isinstance(automaton, ObfuscationAutomaton):
                 continue
             found = continuing_tokens(automaton, state.node, state.prev_space, index, bool(pending_bytes))
             if found is None:  # every token that does not continue the split character completes a match
@@ -525,6 +565,8 @@ class Artefact:
             parts = {-1: token_set(*(index.containing(t.normalized, t.case_sensitive)
                                      for t in self.terms if not t.regex))}
         for stream, automaton in enumerate(self.automata):
+            if isinstance(automaton, ObfuscationAutomaton):
+                continue
             if isinstance(automaton, RegexAutomaton) and (self.sweep is None or automaton.word_context_starts):
                 patterns = [self.terms[term].normalized for term in self.global_ids[stream]]
                 parts[stream] = inside_candidates(patterns, index, automaton.case_sensitive)

@@ -53,13 +53,14 @@ class StreamState(NamedTuple):
         node: automaton node (0 = root).
         prev_word: the last normalised character was a word character (start of text: False).
         prev_space: the last normalised character was a space (collapses whitespace runs).
-        pending: ``(term_id, length_in_symbols)`` of substring occurrences an allow-term may still cover.
+        pending: ``(term_id, length_in_symbols)`` of substring occurrences an allow-term may still cover; in
+            an obfuscation stream, the state of its view (``obfuscation_view.ViewState``).
     """
 
     node: int
     prev_word: bool
     prev_space: bool
-    pending: tuple[tuple[int, int], ...]
+    pending: tuple
 
 
 START = StreamState(0, False, False, ())

@@ -18,13 +18,16 @@ import struct
 import numpy as np
 
 from guardrail.matching.artefact import Artefact, RootSweep
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
 MAGIC = b"GUARDRAIL-ARTEFACT\n"
 #: 2: terms carry a regex flag; ``regex_nodes`` lists the node count of each regex stream.
-FORMAT_VERSION = 2
+#: 3: terms carry their effective obfuscation level (obfuscation streams are rebuilt from the term table; their
+#: automata build lazily, so no node count is recorded for them).
+FORMAT_VERSION = 3
 _DTYPES = {"int32", "int64", "uint8"}
 _ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
 
@@ -49,7 +52,7 @@ def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> byte
         "key": key,
         "vocab_fingerprint": artefact.vocab.fingerprint,
         "vocab_size": len(artefact.vocab.token_bytes),
-        "terms": [[t.list_name, t.text, t.normalized, t.match.value, t.case_sensitive, t.regex]
+        "terms": [[t.list_name, t.text, t.normalized, t.match.value, t.case_sensitive, t.regex, str(t.obfuscation)]
                   for t in artefact.terms],
         "regex_nodes": _regex_nodes(artefact),
         "allows": [[a.text, a.normalized, a.case_sensitive] for a in artefact.allows],
@@ -62,7 +65,7 @@ def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> byte
 
 def _regex_nodes(artefact: Artefact) -> list[int]:
     """Node count of each regex stream: the sweep stores their node ids, which must mean the same nodes."""
-    return [a.num_nodes for a in artefact.automata if a.regex]
+    return [a.num_nodes for a in artefact.automata if a.regex and not getattr(a, "obfuscation", False)]
 
 
 def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: int) -> Artefact:
@@ -93,8 +96,8 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
                 raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")
             chunk = body[spec["offset"]:spec["offset"] + spec["nbytes"]]
             arrays[name] = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
-        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs), bool(regex))
-                 for i, (lst, text, norm, match, cs, regex) in enumerate(header["terms"])]
+        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs), bool(regex), Obfuscation.parse(obf))
+                 for i, (lst, text, norm, match, cs, regex, obf) in enumerate(header["terms"])]
         allows = [AllowSpec(text, norm, bool(cs)) for text, norm, cs in header["allows"]]
         sweep = RootSweep(**arrays)
         artefact = Artefact(vocab, terms, allows, sweep=sweep)

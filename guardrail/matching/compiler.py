@@ -19,7 +19,9 @@ from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_diges
 
 #: Bump when the artefact's meaning or layout changes: old cached artefacts then miss instead of lying.
 #: 2: regex terms (term table with a regex flag, regex streams after the plain ones).
-COMPILER_VERSION = 2
+#: 3: obfuscation levels (obfuscation streams after the regex ones; every default-ignorable code point removed
+#: by normalisation).
+COMPILER_VERSION = 3
 
 
 def artefact_key(vocab: TokenVocab, wordlists: Sequence[WordList]) -> str:

@@ -6,8 +6,9 @@ character** so that the decoder can run it incrementally on a token stream:
 1. ``NFKC`` of the character (Unicode TR #15), so full-width, ligature and compatibility forms fold
    to their plain letters (``ｆｕｃｋ`` → ``fuck``, ``ﬁ`` → ``fi``);
 2. ``str.casefold`` unless the term is case-sensitive (Unicode default case folding, §3.13);
-3. zero-width characters and NUL are dropped (they are invisible in rendered text and are a classic way
-   to split a word);
+3. default-ignorable code points (Unicode's Default_Ignorable_Code_Point: zero-width characters, the soft
+   hyphen, variation selectors, tag characters, U+034F, U+3164…) and NUL are dropped (they are invisible in
+   rendered text and are a classic way to split a word);
 4. every run of whitespace (space, tab, newline, NBSP, ideographic space, …) becomes one space.
 
 Combining sequences are not composed across characters (``e`` + U+0301 stays two characters); models
@@ -16,11 +17,23 @@ emit precomposed characters, and per-character folding is what makes streaming e
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from functools import lru_cache
 
-#: Characters removed before matching. U+00AD soft hyphen renders as nothing inside a word.
+#: Characters removed before matching besides the default-ignorable ones (:func:`_ignorable`): NUL, and U+180E
+#: (Mongolian vowel separator, default-ignorable before Unicode 6.3 and still rendered as nothing).
 ZERO_WIDTH = frozenset("\x00\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff")
+
+
+@functools.cache
+def _ignorable() -> frozenset[str]:
+    """Every Default_Ignorable_Code_Point (Unicode; ZWJ, soft hyphen, variation selectors, tag characters,
+    U+034F, U+180B, U+3164…): rendered as nothing, so a reader does not see it split a word. From the
+    table in ``guardrail/matching/data/obfuscation.json`` (``scripts/gen_obfuscation_data.py``)."""
+    from guardrail.matching.obfuscation import default_ignorable_chars
+
+    return default_ignorable_chars()
 
 
 def is_word_char(char: str) -> bool:
@@ -35,12 +48,14 @@ def fold_char(char: str, case_sensitive: bool = False) -> str:
     Whitespace is mapped to ``" "`` but runs are not collapsed here (that needs the previous character;
     see :func:`normalize`).
     """
+    if char in _ignorable():
+        return ""
     folded = unicodedata.normalize("NFKC", char)
     if not case_sensitive:
         folded = folded.casefold()
     out = []
     for c in folded:
-        if c in ZERO_WIDTH:
+        if c in ZERO_WIDTH or c in _ignorable():
             continue
         out.append(" " if c.isspace() else c)
     return "".join(out)

@@ -66,6 +66,8 @@ class RegexAutomaton:
         case_sensitive: which folding the stream applies (as :class:`~guardrail.matching.automaton.Automaton`).
         max_states: the node limit: :data:`MAX_REGEX_DFA_STATES` (stored lists) or
             :data:`MAX_REQUEST_REGEX_DFA_STATES` (a request's terms).
+        nfa: the NFA to determinise instead of the one of ``patterns`` (obfuscated terms:
+            :class:`~guardrail.matching.obfuscation_nfa.ObfuscationNfa`).
 
     Raises:
         RegexError: too many NFA states for a term, or more than ``max_states`` DFA nodes
@@ -76,78 +78,43 @@ class RegexAutomaton:
     regex = True
 
     def __init__(self, patterns: Sequence[tuple[str, MatchMode]], case_sensitive: bool,
-                 max_states: int = MAX_REGEX_DFA_STATES):
+                 max_states: int = MAX_REGEX_DFA_STATES, nfa: Nfa | None = None):
         self.case_sensitive = case_sensitive
         self.patterns = tuple(patterns)
-        nfa = Nfa(self.patterns)
-        alphabet = self.alphabet = Alphabet(nfa.charsets)
-        subsets = _Subsets(nfa, alphabet)
-        keys: dict[tuple, int] = {}
-        order: list[tuple] = []
-
-        def node_of(key: tuple) -> int:
-            found = keys.get(key)
-            if found is None:
-                if len(order) >= max_states:
-                    raise RegexError("automaton size", f"the regex terms need more than {max_states} automaton "
-                                     "states: a pattern tracks too many overlapping positions (like a.{0,30}b); "
-                                     "narrow classes and bounds, or anchor it with literals")
-                found = keys[key] = len(order)
-                order.append(key)
-            return found
-
-        # A node is (threads begun at the last character, older threads, the last character is a word character);
-        # see _Subsets.
-        node_of((0, (), False))  # START_NODE
-        node_of((0, (), True))  # WORD_START_NODE
+        if nfa is None:
+            nfa = Nfa(self.patterns)
+        uncounted_chars = getattr(nfa, "uncounted", None)
+        alphabet = self.alphabet = Alphabet(nfa.charsets + ([uncounted_chars] if uncounted_chars else []))
+        #: Classes whose characters move threads without counting as a character of the match (an obfuscation
+        #: view's stretch mark: ``obfuscation_view``); their members are the last set given to the alphabet.
+        uncounted = frozenset(alphabet.members[-1]) if uncounted_chars else frozenset()
+        self.uncounted_chars = uncounted_chars
+        self._subsets = subsets = _Subsets(nfa, alphabet)
+        self._uncounted = uncounted
+        self._max_states = max_states
+        self._keys: dict[tuple, int] = {}
+        self._order: list[tuple] = []
         self.depth: list[int] = []
         self.now: list[tuple[tuple[int, int], ...]] = []
         self.later: list[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] | None] = []
-        self._table: list[list[int]] = []
+        self.now_max: list[int] = []
+        self.later_max: list[tuple[int, int]] = []
+        self._table: list[list[int] | None] = []
+        self._delta: list[dict[str, int]] = []
         # The row of a node with no thread, per context before: most classes of any row lead where they do.
-        empty_rows: dict[bool, list[int]] = {}
-        index = 0
-        while index < len(order):
-            fresh, older, previous_word = order[index]
-            index += 1
-            completed: dict[bool, dict[int, int]] = {}
-            if previous_word not in empty_rows:
-                empty_rows[previous_word] = [
-                    node_of((subsets.start_moves(2 * previous_word + w).get(cls, 0), (), w))
-                    for cls, w in enumerate(alphabet.is_word)]
-            row = empty_rows[previous_word].copy()
-            for next_word in (False, True):
-                context = 2 * previous_word + next_word
-                done, moves = subsets.older_moves(older, context)
-                fresh_done, fresh_moves = subsets.fresh_moves(fresh, context)
-                for term in fresh_done:  # a match of one character
-                    done.setdefault(term, 1)
-                completed[next_word] = done
-                begun = subsets.start_moves(context)
-                for cls in sorted(moves.keys() | fresh_moves.keys()):  # of word-ness next_word only
-                    reached = moves.get(cls)
-                    second = fresh_moves.get(cls, ())
-                    if reached is None:
-                        kept = tuple((q, 2) for q in second)
-                    else:
-                        for q in second:  # older threads in the same NFA state began earlier: keep theirs
-                            reached.setdefault(q, 2)
-                        kept = tuple(sorted(reached.items()))
-                    row[cls] = node_of((begun.get(cls, 0), kept, next_word))
-            self._table.append(row)
-            self.depth.append(max((count for _, count in older), default=1 if fresh else 0))
-            now = tuple(sorted((t, n) for t, n in completed[True].items() if completed[False].get(t) == n))
-            decided = {t for t, _ in now}
-            later = tuple(tuple(sorted((t, n) for t, n in completed[w].items() if t not in decided))
-                          for w in (False, True))
-            self.now.append(now)
-            self.later.append((later[0], later[1]) if later[0] or later[1] else None)
-        self.num_nodes = len(order)
+        self._empty_rows: dict[bool, list[int]] = {}
+        # A node is (threads begun at the last character, older threads, the last character is a word character);
+        # see _Subsets.
+        self._node_of((0, (), False))  # START_NODE
+        self._node_of((0, (), True))  # WORD_START_NODE
+        if not self.lazy:
+            index = 0
+            while index < len(self._order):
+                self._expand(index)
+                index += 1
         self.nfa_states = nfa.num_states
-        self.now_max = [max((n for _, n in now), default=0) for now in self.now]
-        self.later_max = [(0, 0) if later is None else tuple(max((n for _, n in side), default=0) for side in later)
-                          for later in self.later]
-        #: Terms whose report can wait for the next character (see :meth:`completes_inside`).
+        #: Terms whose report can wait for the next character (see :meth:`completes_inside`; for a lazy
+        #: automaton, those of the nodes built so far).
         self.delayable = frozenset(t for later in self.later if later for side in later for t, _ in side)
         #: Whether a match can begin after a word character where it cannot after a non-word one (a
         #: leading ``\\B`` before a word character, ``\\b`` before a non-word one): then a token read from the
@@ -157,14 +124,90 @@ class RegexAutomaton:
             for next_word in (0, 1)
             for after_word, after_other in [(subsets.start_moves(2 + next_word), subsets.start_moves(next_word))]
             for cls in after_word)
-        self._delta: list[dict[str, int]] = [{} for _ in range(self.num_nodes)]
         self._fold = FoldedChars(case_sensitive)
+
+    #: Build node rows on first use instead of exploring the whole DFA when compiled (obfuscation streams,
+    #: whose automata are made from terms, not from patterns a user wrote: their size is linear in the terms).
+    lazy = False
+
+    @property
+    def num_nodes(self) -> int:
+        """DFA nodes (for a lazy automaton: built so far)."""
+        return len(self._order)
+
+    def _node_of(self, key: tuple) -> int:
+        found = self._keys.get(key)
+        if found is None:
+            if len(self._order) >= self._max_states:
+                raise RegexError("automaton size", f"the regex terms need more than {self._max_states} automaton "
+                                 "states: a pattern tracks too many overlapping positions (like a.{0,30}b); "
+                                 "narrow classes and bounds, or anchor it with literals")
+            fresh, older, previous_word = key
+            subsets = self._subsets
+            completed: dict[bool, dict[int, int]] = {}
+            for next_word in (False, True):
+                context = 2 * previous_word + next_word
+                done, _ = subsets.older_moves(older, context)
+                for term in subsets.fresh_moves(fresh, context)[0]:  # a match of one character
+                    done.setdefault(term, 1)
+                completed[next_word] = done
+            now = tuple(sorted((t, n) for t, n in completed[True].items() if completed[False].get(t) == n))
+            decided = {t for t, _ in now}
+            later = tuple(tuple(sorted((t, n) for t, n in completed[w].items() if t not in decided))
+                          for w in (False, True))
+            # Lists first, then publish the id (a lazy automaton's readers index them without a lock).
+            self.depth.append(max((count for _, count in older), default=1 if fresh else 0))
+            self.now.append(now)
+            self.now_max.append(max((n for _, n in now), default=0))
+            waiting = (later[0], later[1]) if later[0] or later[1] else None
+            self.later.append(waiting)
+            self.later_max.append((0, 0) if waiting is None else
+                                  (max((n for _, n in later[0]), default=0), max((n for _, n in later[1]), default=0)))
+            self._table.append(None)
+            self._delta.append({})
+            found = self._keys[key] = len(self._order)
+            self._order.append(key)
+        return found
+
+    def _expand(self, index: int) -> list[int]:
+        """Build the row of node ``index``: the node after each character class."""
+        fresh, older, previous_word = self._order[index]
+        subsets, node_of, alphabet = self._subsets, self._node_of, self.alphabet
+        if previous_word not in self._empty_rows:
+            self._empty_rows[previous_word] = [
+                node_of((subsets.start_moves(2 * previous_word + w).get(cls, 0), (), w))
+                for cls, w in enumerate(alphabet.is_word)]
+        row = self._empty_rows[previous_word].copy()
+        for next_word in (False, True):
+            context = 2 * previous_word + next_word
+            _, moves = subsets.older_moves(older, context)
+            _, fresh_moves = subsets.fresh_moves(fresh, context)
+            begun = subsets.start_moves(context)
+            for cls in sorted(moves.keys() | fresh_moves.keys()):  # of word-ness next_word only
+                reached = moves.get(cls)
+                second = fresh_moves.get(cls, ())
+                if cls in self._uncounted:  # threads move but do not count it; nothing begins at it
+                    kept = tuple(sorted((q, count - 1) for q, count in (reached or {}).items()))
+                    row[cls] = node_of((subsets.fresh_id(second), kept, next_word))
+                    continue
+                if reached is None:
+                    kept = tuple((q, 2) for q in second)
+                else:
+                    for q in second:  # older threads in the same NFA state began earlier: keep theirs
+                        reached.setdefault(q, 2)
+                    kept = tuple(sorted(reached.items()))
+                row[cls] = node_of((begun.get(cls, 0), kept, next_word))
+        self._table[index] = row
+        return row
 
     def step(self, node: int, char: str) -> int:
         """The node after the normalised character ``char`` (memoised per node)."""
         nxt = self._delta[node].get(char)
         if nxt is None:
-            nxt = self._delta[node][char] = self._table[node][self.alphabet.class_of(ord(char))]
+            row = self._table[node]
+            if row is None:
+                row = self._expand(node)
+            nxt = self._delta[node][char] = row[self.alphabet.class_of(ord(char))]
         return nxt
 
     def fold(self, char: str) -> tuple[tuple[str, bool], ...]:
@@ -307,6 +350,10 @@ class _Subsets:
             found = self._start_moves[context] = {cls: self._fresh_id(tuple(sorted(states)))
                                                   for cls, states in moves.items()}
         return found
+
+    def fresh_id(self, states: tuple[int, ...]) -> int:
+        """The id of the set of fresh-thread states ``states`` (sorted), interned."""
+        return self._fresh_id(states)
 
     def _fresh_id(self, states: tuple[int, ...]) -> int:
         found = self.fresh_sets.get(states)

@@ -29,8 +29,10 @@ from guardrail.wordlists.wordlist import MatchMode
 #: (``(?:a|b|c){1,100}`` unrolls to ~1,000 states; a class ``[abc]{1,100}`` to 200).
 MAX_REGEX_NFA_STATES = 4096
 
-#: Epsilon-move conditions. A context is ``2 * previous_is_word + next_is_word``.
-ALWAYS, BOUNDARY, NOT_BOUNDARY, EDGE = range(4)
+#: Epsilon-move conditions. A context is ``2 * previous_is_word + next_is_word``. ``AFTER_NONWORD`` and
+#: ``BEFORE_NONWORD`` (the previous / the next character is not a word character) are the edges of an
+#: obfuscated form (:mod:`guardrail.matching.obfuscation_nfa`), whose first or last character may be a symbol.
+ALWAYS, BOUNDARY, NOT_BOUNDARY, EDGE, AFTER_NONWORD, BEFORE_NONWORD = range(6)
 
 _CATEGORY_SETS = {
     sre.CATEGORY_WORD: (word_chars, False), sre.CATEGORY_NOT_WORD: (word_chars, True),
@@ -48,6 +50,10 @@ def holds(condition: int, context: int) -> bool:
         return previous_word == next_word
     if condition == EDGE:
         return not (previous_word and next_word)
+    if condition == AFTER_NONWORD:
+        return not previous_word
+    if condition == BEFORE_NONWORD:
+        return not next_word
     return True
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guardrail.matching.normalize import normalize_term
+from guardrail.matching.obfuscation import OFF, Obfuscation, effective
 from guardrail.matching.regex_term import normalize_pattern
 from guardrail.wordlists.regex_syntax import RegexError
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, WordListError, written_term
@@ -26,6 +27,9 @@ class TermSpec:
         match: ``word`` | ``prefix`` | ``substring``.
         case_sensitive: compared without case folding.
         regex: a regular-expression term.
+        obfuscation: the obfuscated forms it also matches: its effective level (the term's own option, else
+            its list's; ``off`` for regex, case-sensitive and ``substring`` terms and for the terms
+            :func:`~guardrail.matching.obfuscation.effective` exempts).
     """
 
     term_id: int
@@ -35,6 +39,7 @@ class TermSpec:
     match: MatchMode
     case_sensitive: bool
     regex: bool = False
+    obfuscation: Obfuscation = OFF
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,12 @@ def flatten(wordlists: Sequence[WordList]) -> tuple[tuple[TermSpec, ...], tuple[
     terms: list[TermSpec] = []
     for wordlist in wordlists:
         for term in wordlist.terms:
-            terms.append(term_spec(len(terms), wordlist.name, term))
+            terms.append(term_spec(len(terms), wordlist.name, term, wordlist.obfuscation))
     return tuple(terms), flatten_allows(wordlists)
 
 
-def term_spec(term_id: int, list_name: str, term: Term) -> TermSpec:
-    """The normalised entry of ``term`` (see :class:`TermSpec`).
+def term_spec(term_id: int, list_name: str, term: Term, list_obfuscation: str | None = None) -> TermSpec:
+    """The normalised entry of ``term`` (see :class:`TermSpec`); ``list_obfuscation`` is its list's level.
 
     Raises:
         WordListError: as :func:`flatten`.
@@ -73,7 +78,12 @@ def term_spec(term_id: int, list_name: str, term: Term) -> TermSpec:
     written = written_term(term)
     if not term.regex:
         norm = normalize_term(term.text, term.case_sensitive)
-        return TermSpec(term_id, list_name, written, norm, MatchMode(term.match), term.case_sensitive)
+        setting = term.obfuscation or list_obfuscation
+        level = OFF
+        if setting and not term.case_sensitive and MatchMode(term.match) is not MatchMode.SUBSTRING:
+            level = effective(Obfuscation.parse(setting), norm)
+        return TermSpec(term_id, list_name, written, norm, MatchMode(term.match), term.case_sensitive,
+                        obfuscation=level)
     try:
         pattern = normalize_pattern(term.text, term.case_sensitive)
     except RegexError as exc:

@@ -18,9 +18,12 @@ from dataclasses import dataclass
 import ahocorasick
 
 from guardrail.matching.normalize import is_word_char, normalize_with_offsets
+from guardrail.matching.obfuscation import Obfuscation, ObfuscationLevel
+from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton, compile_obfuscation_stream
+from guardrail.matching.obfuscation_nfa import ObfuscatedTerm
 from guardrail.matching.regex_automaton import RegexAutomaton, compile_regex_stream
 from guardrail.matching.term_spec import TermSpec, flatten
-from guardrail.wordlists.wordlist import MatchMode, WordList
+from guardrail.wordlists.wordlist import MatchMode, WordList, with_obfuscation
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class TextMatcher:
 
     Args:
         wordlists: the lists to match; terms normalised as in :mod:`guardrail.matching.normalize`.
+        obfuscation: the obfuscation level of the lists that set none (``None``: theirs, else ``off``); the
+            obfuscated forms are read by the same automata the decoder steps
+            (:class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton`, over the text's view).
 
     Example:
         >>> from guardrail.wordlists.wordlist import wordlist_from_terms
@@ -75,8 +81,18 @@ class TextMatcher:
         [TextMatch(term='fuck you', list_name='request', start=5, end=15)]
     """
 
-    def __init__(self, wordlists: Sequence[WordList]):
+    def __init__(self, wordlists: Sequence[WordList], obfuscation: Obfuscation | str | None = None):
+        wordlists = with_obfuscation(wordlists, None if obfuscation is None else str(obfuscation))
         self.terms, self.allows = flatten(wordlists)
+        views: dict[tuple[bool, bool], list[TermSpec]] = {}
+        for spec in self.terms:
+            if not spec.obfuscation.off:
+                key = (spec.obfuscation.level >= ObfuscationLevel.SPACED, spec.obfuscation.markup)
+                views.setdefault(key, []).append(spec)
+        self._views: list[tuple[ObfuscationAutomaton, list[TermSpec]]] = [
+            (compile_obfuscation_stream(tuple(ObfuscatedTerm(t.normalized, t.match, t.obfuscation) for t in specs),
+                                        spaced, markup), specs)
+            for (spaced, markup), specs in sorted(views.items())]
         self._modes: list[tuple[bool, ahocorasick.Automaton | None, ahocorasick.Automaton | None,
                                 list[TermSpec], RegexAutomaton | None]] = []
         for case_sensitive in (False, True):
@@ -98,6 +114,12 @@ class TextMatcher:
     def scan(self, text: str) -> list[TextMatch]:
         """All matches in ``text``, overlapping ones included, sorted by (start, end, term)."""
         found: list[TextMatch] = []
+        if self._views:
+            norm, offsets = normalize_with_offsets(text)
+            for automaton, specs in self._views:
+                for term, start, end in automaton.scan(norm):
+                    spec = specs[term]
+                    found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
         for case_sensitive, terms, allows, regexes, dfa in self._modes:
             norm, offsets = normalize_with_offsets(text, case_sensitive)
             if dfa is not None:  # allow-terms apply to plain substring terms only
@@ -116,7 +138,11 @@ class TextMatcher:
                     if spec.match is MatchMode.SUBSTRING and any(a <= start and end <= b for a, b in allowed):
                         continue
                     found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
-        return sorted(set(found), key=lambda m: (m.start, m.end, m.term, m.list_name))
+        # One report per occurrence: an obfuscation stream also reads a literal occurrence (the shorter span wins).
+        first: dict[tuple[str, str, int], TextMatch] = {}
+        for match in sorted(set(found), key=lambda m: (m.start, m.end, m.term, m.list_name)):
+            first.setdefault((match.term, match.list_name, match.start), match)
+        return list(first.values())
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> bool:  # noqa: D105
         return bool(self.terms)

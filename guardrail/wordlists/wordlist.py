@@ -18,7 +18,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
@@ -80,6 +80,9 @@ class Term:
     match: MatchMode
     case_sensitive: bool = False
     regex: bool = False
+    #: The term's own obfuscation level (``LEVEL`` or ``LEVEL+markup``, canonical: see
+    #: :func:`canonical_obfuscation`); ``None``: the list's, else the request's or the server's.
+    obfuscation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ class WordList:
     name: str
     terms: tuple[Term, ...]
     allow: tuple[str, ...] = ()
+    #: The list's obfuscation level (``@obfuscation`` header), for terms without their own; ``None``: the
+    #: request's or the server's setting applies (:func:`with_obfuscation`; unset everywhere: ``off``).
+    obfuscation: str | None = None
 
 
 class WordListError(ValueError):
@@ -184,9 +190,43 @@ def _check_text(text: str, source: str, line: int | None, what: str = "term", re
         raise WordListError(f"{what} {text!r} has no letter or digit", source, line)
 
 
+#: Obfuscation levels as written in lists and requests (docs/matching.md, "Obfuscation"). Kept here, not
+#: imported from the matching layer, which depends on this module.
+OBFUSCATION_LEVELS = ("off", "homoglyphs", "leet", "spaced", "masked")
+_OBFUSCATION_VALUES = {f"{level}{suffix}": f"{level}{suffix}" for level in OBFUSCATION_LEVELS
+                       for suffix in ("", "+markup")}
+
+
+def canonical_obfuscation(value: str) -> str:
+    """``value`` as a canonical obfuscation setting (lower case, no spaces: ``masked+markup``).
+
+    Raises:
+        ValueError: not ``LEVEL`` or ``LEVEL+markup`` with a level of :data:`OBFUSCATION_LEVELS`.
+    """
+    canonical = "".join(str(value).split()).lower()
+    if canonical not in _OBFUSCATION_VALUES:
+        raise ValueError(f"invalid obfuscation {value!r}: expected one of {', '.join(OBFUSCATION_LEVELS)}, "
+                         "optionally followed by '+markup' (e.g. 'masked+markup')")
+    return canonical
+
+
+def with_obfuscation(wordlists: Sequence[WordList], default: str | None) -> list[WordList]:
+    """``wordlists`` with ``default`` as the obfuscation level of each list that sets none (a request's or
+    the server's setting: a list's own ``@obfuscation`` and a term's own option take precedence).
+
+    Raises:
+        ValueError: ``default`` is not a valid setting.
+    """
+    if default is None:
+        return list(wordlists)
+    default = canonical_obfuscation(default)
+    return [wl if wl.obfuscation is not None else replace(wl, obfuscation=default) for wl in wordlists]
+
+
 _OPTION_VALUES: dict[str, dict[str, object]] = {
     "match": {m.value: m for m in MatchMode},
     "case": {"sensitive": True, "insensitive": False},
+    "obfuscation": dict(_OBFUSCATION_VALUES),
 }
 
 # The options part starts at the last "|" that stands alone (whitespace or a line edge on both
@@ -199,6 +239,8 @@ _ESCAPED_LEADERS = ("#", "@", "!", "\\", "|")
 
 def _parse_option_value(key: str, value: str, source: str, line: int | None) -> object:
     values = _OPTION_VALUES.get(key)
+    if key == "obfuscation":
+        value = "".join(value.split()).lower()
     if values is None:
         raise WordListError(
             f"unknown option {key!r} (expected one of {sorted(_OPTION_VALUES)})", source, line
@@ -305,6 +347,7 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
     term, more than 100,000 terms, an unknown option or option value, an unknown directive.
     """
     collector = _Collector(source)
+    obfuscation: str | None = None
     match_default: MatchMode | None = None  # None: default_match_mode(term)
     case_default = False
     if text.startswith("\ufeff"):
@@ -317,10 +360,16 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
             directive, value = (entry[1:].split(maxsplit=1) + ["", ""])[:2]
             if directive not in _OPTION_VALUES:
                 raise WordListError(
-                    f"unknown directive @{directive} (expected @match or @case)", source, line_no
+                    f"unknown directive @{directive} (expected @match, @case or @obfuscation)", source, line_no
                 )
             parsed = _parse_option_value(directive, value, source, line_no)
-            if directive == "match":
+            if directive == "obfuscation":
+                if collector.terms or obfuscation is not None:
+                    raise WordListError("@obfuscation sets the level of the whole list: write it once, before "
+                                        "the first term (a term takes its own with '| obfuscation=LEVEL')",
+                                        source, line_no)
+                obfuscation = str(parsed)
+            elif directive == "match":
                 match_default = parsed  # type: ignore[assignment]
             else:
                 case_default = bool(parsed)
@@ -338,8 +387,10 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
         _check_text(term_text, source, line_no, regex=regex)
         match = options.get("match", match_default or default_match_mode(term_text))
         case_sensitive = options.get("case", case_default)
-        collector.add_term(Term(term_text, MatchMode(match), bool(case_sensitive), regex), line_no)
-    return collector.build(name)
+        term_obfuscation = options.get("obfuscation")
+        collector.add_term(Term(term_text, MatchMode(match), bool(case_sensitive), regex,
+                                None if term_obfuscation is None else str(term_obfuscation)), line_no)
+    return replace(collector.build(name), obfuscation=obfuscation)
 
 
 def load_wordlist(path: str | Path) -> WordList:
@@ -429,10 +480,16 @@ def _request_term(item: object, source: str, index: int) -> Term:
         text, regex = split_regex_prefix(text.strip())
     text = text.strip()
     _check_text(text, source, index, regex=regex)
+    obfuscation = item.obfuscation if isinstance(item, Term) else None
+    if obfuscation is not None:
+        try:
+            obfuscation = canonical_obfuscation(obfuscation)
+        except ValueError as exc:
+            raise WordListError(str(exc), source, index) from None
     if match is None:
-        return Term(text, default_match_mode(text), regex=regex)
+        return Term(text, default_match_mode(text), regex=regex, obfuscation=obfuscation)
     try:
-        return Term(text, MatchMode(match), case_sensitive, regex)
+        return Term(text, MatchMode(match), case_sensitive, regex, obfuscation)
     except ValueError:
         raise WordListError(
             f"invalid match mode {match!r} for term {text!r}", source, index
@@ -448,6 +505,8 @@ def _format_term(term: Term) -> str:
         options.append(f"match={MatchMode(term.match).value}")
     if term.case_sensitive:
         options.append("case=sensitive")
+    if term.obfuscation is not None:
+        options.append(f"obfuscation={term.obfuscation}")
     if options:
         return f"{text} | {', '.join(options)}"
     if _OPTION_SEPARATOR.search(text):
@@ -461,6 +520,8 @@ def format_wordlist(wordlist: WordList) -> str:
     wl.name) == wl`` for every valid list (no directives; options only where they differ from
     the defaults)."""
     lines = [f"# {wordlist.name}"]
+    if wordlist.obfuscation is not None:
+        lines.append(f"@obfuscation {wordlist.obfuscation}")
     lines.extend(_format_term(term) for term in wordlist.terms)
     lines.extend(f"!{allow}" for allow in wordlist.allow)
     return "\n".join(lines) + "\n"
@@ -478,17 +539,18 @@ def wordlist_digest(wordlists: Sequence[WordList]) -> str:
             {
                 "name": wl.name,
                 "terms": sorted(
-                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive), bool(t.regex))
+                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive), bool(t.regex), t.obfuscation or "")
                      for t in wl.terms}
                 ),
                 "allow": sorted(set(wl.allow)),
+                "obfuscation": wl.obfuscation or "",
             }
             for wl in wordlists
         ),
         key=lambda d: json.dumps(d, ensure_ascii=False, sort_keys=True),
     )
     payload = json.dumps(
-        {"format": "guardrail-wordlists/2", "lists": canonical},
+        {"format": "guardrail-wordlists/3", "lists": canonical},
         ensure_ascii=False,
         sort_keys=True,
         separators=(",", ":"),

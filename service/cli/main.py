@@ -13,7 +13,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from guardrail.wordlists.wordlist import WordListError
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
+from guardrail.wordlists.wordlist import WordListError, canonical_obfuscation, with_obfuscation
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -44,6 +45,10 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
     parser.add_argument("--banned", action="append", default=[], metavar='"a,b"',
                         help="extra banned terms, comma-separated (repeatable; default: none); re:PATTERN is a "
                              "regex term and takes the rest of the value, commas included")
+    parser.add_argument("--obfuscation", default=str(DEFAULT_OBFUSCATION), type=canonical_obfuscation,
+                        metavar="LEVEL[+markup]",
+                        help="obfuscated forms that match too, for lists without their own level: off | homoglyphs "
+                        "| leet | spaced | masked, optionally +markup (docs/matching.md)")
     parser.set_defaults(default_wordlists=list(default))
 
 
@@ -51,7 +56,7 @@ def selected_wordlists(args: argparse.Namespace):
     from guardrail.wordlists.selection import select_wordlists
 
     names = args.wordlist if args.wordlist is not None else args.default_wordlists
-    return select_wordlists(names, args.banned)
+    return with_obfuscation(select_wordlists(names, args.banned), args.obfuscation)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

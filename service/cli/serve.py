@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from guardrail.guard.escalation import EVASION_GUARD_MODES
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.wordlists.selection import split_names
 
 
@@ -36,6 +37,10 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     serve.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, default=None,
                        help="match a term that caused a rollback as a substring for the rest of the answer "
                        "(default: GUARDRAIL_EVASION_GUARD, else substring)")
+    serve.add_argument("--obfuscation", default=None, metavar="LEVEL[+markup]",
+                       help="obfuscated forms that match too, for lists without their own level: off | homoglyphs | "
+                       "leet | spaced | masked, optionally +markup (default: GUARDRAIL_OBFUSCATION, else "
+                       f"{DEFAULT_OBFUSCATION})")
     serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR "
                        "(default: GUARDRAIL_LOG_LEVEL, else INFO)")
     serve.set_defaults(handler=run_serve)
@@ -63,6 +68,8 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides["log_level"] = args.log_level
     if args.evasion_guard is not None:
         overrides["evasion_guard"] = args.evasion_guard
+    if args.obfuscation is not None:
+        overrides["obfuscation"] = args.obfuscation
     settings = Settings(**overrides)
     configure_logging(settings.log_level)  # before uvicorn's first lines
     app = create_app(settings)

@@ -24,13 +24,15 @@ def check(body: CheckRequest, runtime: RuntimeDep) -> CheckResponse:
     the first ``MAX_CHECK_MATCHES`` (1000) by position are listed, ``match_count`` counts them all.
 
     Spans index ``text`` in code points (``text[start:end]``), under the matching contract of
-    docs/wordlists.md (NFKC, case folding, whitespace runs, match modes).
+    docs/wordlists.md (NFKC, case folding, whitespace runs, match modes) and the obfuscation level
+    (``obfuscation``, else the server's: docs/matching.md), the same the decoder enforces.
     """
     stored = stored_lists(runtime, body.wordlists)
-    found = runtime.text_matcher(stored).scan(body.text) if stored else []
+    obfuscation = body.obfuscation or runtime.settings.obfuscation
+    found = runtime.text_matcher(stored, obfuscation).scan(body.text) if stored else []
     own = request_list(runtime, body.request_terms())
     if own is not None:
-        found += TextMatcher([own]).scan(body.text)
+        found += TextMatcher([own], obfuscation=obfuscation).scan(body.text)
     first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
     matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
                for m in first]

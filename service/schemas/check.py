@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.terms import TermItem, TermText
+from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
 MAX_CHECK_CHARS = 1_000_000
@@ -24,6 +24,7 @@ class CheckRequest(BaseModel):
     )
     banned_terms: list[TermItem] | None = Field(None, description="Extra terms for this request only.")
     bad_words: list[TermText] | None = Field(None, description="Alias of banned_terms (strings).")
+    obfuscation: ObfuscationSetting | None = None
 
     def request_terms(self) -> list[TermItem]:
         return [*(self.banned_terms or []), *(self.bad_words or [])]

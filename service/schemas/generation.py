@@ -7,7 +7,8 @@ Fields this service cannot honour and that change what the answer means (``tools
 :data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
 fields (``metadata``, ``store``, ``service_tier`` …) are ignored, as OpenAI-compatible servers commonly do.
 Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
-``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``speculative``.
+``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``obfuscation``,
+``speculative``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from guardrail.guard.escalation import EvasionGuard
-from service.schemas.terms import TermItem, TermText
+from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
 Role = Literal["system", "developer", "user", "assistant"]
@@ -92,6 +93,7 @@ class GenerationFields(BaseModel):
         None, description="substring: once a term caused a rollback, it is also matched as a substring for the rest "
         "of the answer (glued and _-joined forms); edit: also with one edit of tolerance (terms of 5+ letters); "
         "off: terms keep their own match mode. Omitted = the server's.")
+    obfuscation: ObfuscationSetting | None = None
     speculative: bool = Field(
         True, description="false: no speculative decoding for this request (the server's "
         "GUARDRAIL_SPECULATIVE_TOKENS otherwise; the answer is the same either way, only the speed differs).")

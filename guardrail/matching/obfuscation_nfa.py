@@ -1,0 +1,163 @@
+"""The NFA of obfuscated terms: per term position a class of characters, real letters counted.
+
+Built for :class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton`, whose subset construction
+(:class:`~guardrail.matching.regex_automaton.RegexAutomaton`) tracks where each match began, exactly as for
+regex terms. The text it reads is the stream's view (:mod:`guardrail.matching.obfuscation_view`): look-alike
+letters already folded, spaced runs joined, runs of three or more letters read as two, markup dropped.
+
+A term's character ``c`` (homoglyph-folded) is read as
+
+* a **real** letter: ``c`` itself or, for an ASCII letter, one of its accented forms (``u`` reads ``ú``,
+  ``ü``…; an accented term letter reads only itself);
+* a **leet** character (``leet`` and above): ``4`` or ``@`` for ``a``… — not a real letter;
+* a **censor** character (``masked``, at most once, never the first or last letter, terms of
+  :data:`~guardrail.matching.obfuscation.MIN_CENSOR_LETTERS` letters or more) — not a real letter;
+
+and, from ``spaced`` on, a single term letter may be followed by the view's stretch mark and a doubled one
+must be (the view reads ``uuuu`` as ``uM`` and ``ss`` as ``sM``: ``as`` never reads as ``ass``). A form
+matches when it holds at least :data:`~guardrail.matching.obfuscation.MIN_REAL_LETTERS` real letters, is not
+preceded by a word character (``word`` and ``prefix`` terms) and not followed by one (``word`` terms).
+
+States are layered: before each term position, one node per (real letters so far, capped at 2; censor
+used), so a term of ``n`` characters unrolls to at most ``6 n`` nodes plus one reader per edge.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from guardrail.matching.charset import CharSet
+from guardrail.matching.obfuscation import (
+    CENSOR_CHARS,
+    MIN_CENSOR_LETTERS,
+    MIN_REAL_LETTERS,
+    STRETCH_MARK,
+    Obfuscation,
+    ObfuscationLevel,
+    data,
+    fold_homoglyph,
+)
+from guardrail.matching.regex_nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
+from guardrail.wordlists.wordlist import MatchMode
+
+
+class ObfuscatedTerm(NamedTuple):
+    """One term of an obfuscation stream.
+
+    Attributes:
+        normalized: the term's normalised text (``normalize_term``).
+        match: ``word`` or ``prefix``.
+        level: its effective level (``obfuscation.effective``), not ``off``.
+    """
+
+    normalized: str
+    match: MatchMode
+    level: Obfuscation
+
+
+def view_of_term(normalized: str) -> str:
+    """The term with its look-alike letters folded, as the stream's view spells text."""
+    return "".join(fold_homoglyph(c) for c in normalized)
+
+
+def term_runs(text: str, spaced: bool) -> list[tuple[str, int]]:
+    """The positions of a term: ``(character, run length)``. A spaced view reads a run of one character as
+    that character and :data:`~guardrail.matching.obfuscation.STRETCH_MARK`, so there a run is one
+    position; elsewhere every character is."""
+    runs: list[tuple[str, int]] = []
+    for c in text:
+        if spaced and runs and runs[-1][0] == c and c.isalnum():
+            runs[-1] = (c, runs[-1][1] + 1)
+        else:
+            runs.append((c, 1))
+    return runs
+
+
+@functools.lru_cache(maxsize=4096)
+def _charset(chars: str) -> CharSet:
+    return CharSet.of(ord(c) for c in chars)
+
+
+class ObfuscationNfa(Nfa):
+    """The union NFA of obfuscated terms (the same attributes and closure as :class:`Nfa`).
+
+    Args:
+        terms: per local term id, the term.
+        spaced: the stream's view joins spaced runs and reads stretched letters.
+    """
+
+    def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool):  # noqa: D107 - Nfa's attributes
+        self.charsets: list[CharSet] = []
+        self._charset_ids: dict[CharSet, int] = {}
+        self.consumes: list[int] = []
+        self.target: list[int] = []
+        self.moves: list[list[tuple[int, int]]] = []
+        self.accepts: list[int] = []
+        self.starts: list[int] = []
+        self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        #: The stretch mark moves threads without counting as a character (``RegexAutomaton``).
+        self.uncounted = _charset(STRETCH_MARK) if spaced else None
+        for term_id, term in enumerate(terms):
+            self.starts.append(self._term(term_id, term, spaced))
+
+    def _reader(self, source: int, charset: CharSet, target: int) -> None:
+        reader = self._move(source)
+        charset_id = self._charset_ids.setdefault(charset, len(self.charsets))
+        if charset_id == len(self.charsets):
+            self.charsets.append(charset)
+        self.consumes[reader] = charset_id
+        self.target[reader] = target
+
+    def _term(self, term_id: int, term: ObfuscatedTerm, spaced: bool) -> int:
+        tables = data()
+        level = term.level.level
+        runs = term_runs(view_of_term(term.normalized), spaced)
+        letters = sum(c.isalpha() for c, _ in runs)
+        censor_ok = level >= ObfuscationLevel.MASKED and letters >= MIN_CENSOR_LETTERS
+        censor = _charset("".join(CENSOR_CHARS))
+        mark = _charset(STRETCH_MARK)
+        start = self._new()
+        first = self._move(start, AFTER_NONWORD)
+        # layer[(real, censored)] = the node before the current position
+        layer: dict[tuple[int, int], int] = {(0, 0): first}
+        n = len(runs)
+        for i, (c, run) in enumerate(runs):
+            real = c + (tables.diacritics.get(c, "") if c.isascii() else "")
+            leet = tables.leet.get(c, "") if level >= ObfuscationLevel.LEET and c.isascii() else ""
+            inner = 0 < i < n - 1 and c.isalpha() and run == 1
+            nxt: dict[tuple[int, int], int] = {}
+            # A single letter may be stretched: the node after it reads the mark ("fuMck").
+            stretchable = spaced and c.isalnum() and run == 1
+
+            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable) -> int:
+                found = nxt.get(key)
+                if found is None:
+                    found = nxt[key] = self._new()
+                    if stretchable:
+                        self._reader(found, mark, found)
+                return found
+
+            for (real_count, censored), here in layer.items():
+                bumped = (min(real_count + 1, MIN_REAL_LETTERS), censored)
+                edges = [(_charset(real), bumped)]
+                if leet:
+                    edges.append((_charset(leet), (real_count, censored)))
+                for charset, key in edges:
+                    if run == 1:
+                        self._reader(here, charset, node(key))
+                    else:  # a doubled letter: the character, then the mark ("ass" reads "asM")
+                        middle = self._new()
+                        self._reader(here, charset, middle)
+                        self._reader(middle, mark, node(key))
+                if censor_ok and inner and not censored:
+                    self._reader(here, censor, node((real_count, 1)))
+            layer = nxt
+        end = self._new()
+        for (real_count, _), here in layer.items():
+            if real_count >= MIN_REAL_LETTERS:
+                self.moves[here].append((ALWAYS, end))
+        accept = self._move(end, BEFORE_NONWORD) if term.match is MatchMode.WORD else end
+        self.accepts[accept] = term_id
+        return start
