@@ -64,11 +64,13 @@ CENSOR_CHARS = frozenset("*#%@$!&•_-.")
 #: Markdown emphasis markers dropped inside a word when doubled (``f**u**ck``, ``f~~u~~ck``, ``f__u__ck``).
 EMPHASIS_CHARS = frozenset("*~_")
 
-#: What a spaced view emits for the second and later characters of a run of one letter (``fuuuck`` reads
-#: ``fuMck``): a word character that case-folded text never holds. It moves the automaton without counting as
-#: a character of the match, so stretched forms do not multiply the automaton's states (the subset
-#: construction counts characters since a match began: ``regex_automaton.py``).
-STRETCH_MARK = "M"
+#: What a spaced view emits for the second and for the third character of a run of one letter (``fuuuuck``
+#: reads ``fuMNck``, ``ass`` reads ``asM``, ``rapping`` reads ``rapMing``): word characters that case-folded
+#: text never holds. They move the automaton without counting as characters of the match, so stretched forms
+#: do not multiply the automaton's states (the subset construction counts characters since a match began:
+#: ``regex_automaton.py``). A single term letter reads a run of three or more (``M`` then ``N``), never a
+#: double letter: "rapping" is not "raping", "bonner" not "boner".
+STRETCH_MARK, STRETCH_MARK_3 = "M", "N"
 
 DATA_PATH = Path(__file__).with_name("data") / "obfuscation.json"
 

@@ -22,11 +22,13 @@ from typing import cast
 
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.normalize import is_word_char
-from guardrail.matching.obfuscation import STRETCH_MARK
+from guardrail.matching.obfuscation import STRETCH_MARK, STRETCH_MARK_3
 from guardrail.matching.obfuscation_nfa import ObfuscatedTerm, ObfuscationNfa
 from guardrail.matching.obfuscation_view import START as VIEW_START
 from guardrail.matching.obfuscation_view import View, ViewState
 from guardrail.matching.regex_automaton import START_NODE, WORD_START_NODE, RegexAutomaton
+
+_MARKS = frozenset((STRETCH_MARK, STRETCH_MARK_3))
 
 #: DFA nodes one obfuscation stream may have (the default ``en`` list needs a few thousand; see
 #: ``bench/obfuscation.py``). A list over it fails to compile with an error naming the stream.
@@ -87,7 +89,7 @@ class ObfuscationAutomaton(RegexAutomaton):
                     hits.append((term, n - length))
             nxt = delta[node].get(c)
             node = self.step(node, c) if nxt is None else nxt
-            if c != STRETCH_MARK:  # the mark moves threads but is not a character of a match
+            if c not in _MARKS:  # the marks move threads but are not characters of a match
                 n += 1
             for term, length in now[node]:
                 hits.append((term, n - length))
@@ -144,7 +146,7 @@ class ObfuscationAutomaton(RegexAutomaton):
                 for term, length in waiting[is_word_char(c)]:
                     found.append((term, offsets[counted[len(counted) - length]], offsets[last] + 1))
             node = self.step(node, c)
-            if c != STRETCH_MARK:
+            if c not in _MARKS:
                 counted.append(position)
                 last = position
             for term, length in self.now[node]:

@@ -13,8 +13,9 @@ A term's character ``c`` (homoglyph-folded) is read as
 * a **censor** character (``masked``, at most once, never the first or last letter, terms of
   :data:`~guardrail.matching.obfuscation.MIN_CENSOR_LETTERS` letters or more) — not a real letter;
 
-and, from ``spaced`` on, a single term letter may be followed by the view's stretch mark and a doubled one
-must be (the view reads ``uuuu`` as ``uM`` and ``ss`` as ``sM``: ``as`` never reads as ``ass``). A form
+and, from ``spaced`` on, a term letter may be followed by the view's stretch marks (the view reads ``uuuu`` as
+``uMN``, ``ss`` as ``sM``): a single letter by both or none, a doubled one by the first and maybe the second
+(``as`` never reads as ``ass``, ``rapping`` never as ``raping``). A form
 matches when it holds at least :data:`~guardrail.matching.obfuscation.MIN_REAL_LETTERS` real letters, is not
 preceded by a word character (``word`` and ``prefix`` terms) and not followed by one (``word`` terms).
 
@@ -34,6 +35,7 @@ from guardrail.matching.obfuscation import (
     MIN_CENSOR_LETTERS,
     MIN_REAL_LETTERS,
     STRETCH_MARK,
+    STRETCH_MARK_3,
     Obfuscation,
     ObfuscationLevel,
     data,
@@ -98,7 +100,7 @@ class ObfuscationNfa(Nfa):
         self.starts: list[int] = []
         self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         #: The stretch mark moves threads without counting as a character (``RegexAutomaton``).
-        self.uncounted = _charset(STRETCH_MARK) if spaced else None
+        self.uncounted = _charset(STRETCH_MARK + STRETCH_MARK_3) if spaced else None
         for term_id, term in enumerate(terms):
             self.starts.append(self._term(term_id, term, spaced))
 
@@ -117,7 +119,7 @@ class ObfuscationNfa(Nfa):
         letters = sum(c.isalpha() for c, _ in runs)
         censor_ok = level >= ObfuscationLevel.MASKED and letters >= MIN_CENSOR_LETTERS
         censor = _charset("".join(CENSOR_CHARS))
-        mark = _charset(STRETCH_MARK)
+        mark, mark_3 = _charset(STRETCH_MARK), _charset(STRETCH_MARK_3)
         start = self._new()
         first = self._move(start, AFTER_NONWORD)
         # layer[(real, censored)] = the node before the current position
@@ -128,15 +130,19 @@ class ObfuscationNfa(Nfa):
             leet = tables.leet.get(c, "") if level >= ObfuscationLevel.LEET and c.isascii() else ""
             inner = 0 < i < n - 1 and c.isalpha() and run == 1
             nxt: dict[tuple[int, int], int] = {}
-            # A single letter may be stretched: the node after it reads the mark ("fuMck").
-            stretchable = spaced and c.isalnum() and run == 1
+            # A single letter may be stretched to three or more ("fuMNck"); a doubled one too ("asMN").
+            stretchable = spaced and c.isalnum()
 
-            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable) -> int:
+            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable, single=run == 1) -> int:
                 found = nxt.get(key)
                 if found is None:
                     found = nxt[key] = self._new()
-                    if stretchable:
-                        self._reader(found, mark, found)
+                    if stretchable and single:
+                        middle = self._new()
+                        self._reader(found, mark, middle)
+                        self._reader(middle, mark_3, found)
+                    elif stretchable:
+                        self._reader(found, mark_3, found)
                 return found
 
             for (real_count, censored), here in layer.items():

@@ -14,9 +14,10 @@ state is hashable (the artefact memoises token transitions on it):
    letter is a letter or digit with no letter or digit on either side; ``I shit`` stays as it is (a run
    of one);
 4. **stretched letters** (``spaced`` and above): in a run of one letter or digit (or leetspeak symbol), the
-   second character becomes :data:`~guardrail.matching.obfuscation.STRETCH_MARK` and the rest are dropped
-   (``fuuuuck`` → ``fuMck``, ``ass`` → ``asM``): the term side allows the mark after each single letter and
-   requires it for a doubled one, so ``as`` never reads as ``ass``.
+   second character becomes :data:`~guardrail.matching.obfuscation.STRETCH_MARK`, the third ``STRETCH_MARK_3``
+   and the rest are dropped (``fuuuuck`` → ``fuMNck``, ``ass`` → ``asM``): the term side allows both marks
+   after a single letter and requires the first after a doubled one, so ``as`` never reads as ``ass`` and
+   ``rapping`` never as ``raping``.
 
 Stages 2 and 3 decide some characters only after seeing the next one or two (is ``<`` a tag? is the
 letter after a separator single?): those characters are *buffered* and emitted with a later character.
@@ -31,7 +32,7 @@ import html
 from typing import NamedTuple
 
 from guardrail.matching.normalize import fold_char
-from guardrail.matching.obfuscation import EMPHASIS_CHARS, SEPARATORS, STRETCH_MARK, fold_homoglyph
+from guardrail.matching.obfuscation import EMPHASIS_CHARS, SEPARATORS, STRETCH_MARK, STRETCH_MARK_3, fold_homoglyph
 
 #: A tag longer than this is not a tag: its characters stay dropped, the text after it is read again.
 MAX_TAG_CHARS = 64
@@ -54,7 +55,7 @@ class ViewState(NamedTuple):
     Attributes:
         markup: ``(kind, data, after_word)`` of the markup stage.
         spaced: ``(phase, separator, letter)`` of the spaced-run stage.
-        stretch: ``(last character, its run already marked)`` of the stretch stage.
+        stretch: ``(last character, its run so far, at most 3)`` of the stretch stage.
     """
 
     markup: tuple
@@ -62,7 +63,7 @@ class ViewState(NamedTuple):
     stretch: tuple
 
 
-START = ViewState((_TEXT, "", False), (_N0, "", ""), ("", False))
+START = ViewState((_TEXT, "", False), (_N0, "", ""), ("", 0))
 
 
 def _is_letter(c: str) -> bool:
@@ -173,13 +174,15 @@ class View:
 
     @staticmethod
     def _stretch(stretch: tuple, char: str, out: list[str]) -> tuple:
-        last, marked = stretch
+        last, run = stretch
         if char == last and (_is_letter(char) or char in _STRETCHABLE_SYMBOLS):
-            if not marked:
+            if run == 1:
                 out.append(STRETCH_MARK)
-            return (last, True)
+            elif run == 2:
+                out.append(STRETCH_MARK_3)
+            return (last, min(run + 1, 3))
         out.append(char)
-        return (char, False)
+        return (char, 1)
 
     def flush(self, state: ViewState, out: list[str]) -> None:
         """End of text: emit what is buffered (a pending tag is dropped, as a browser drops it)."""
@@ -226,5 +229,5 @@ class View:
                 offsets.append(j)
                 cursor = j + 1
             else:
-                offsets.append(min(max(cursor - 1, 0), index) if c == STRETCH_MARK else index)
+                offsets.append(min(max(cursor - 1, 0), index) if c in (STRETCH_MARK, STRETCH_MARK_3) else index)
         return cursor

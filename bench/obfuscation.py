@@ -1,0 +1,229 @@
+"""Obfuscation benchmark: what each obfuscation level catches and what it wrongly flags, against ``off``.
+
+Prints one JSON object. For each of the 10 settings (the 5 levels of
+``guardrail.matching.obfuscation.Obfuscation.LEVELS``, each without and with ``+markup``):
+
+- **catch rate** on the project's obfuscation set (``tests/data/obfuscation_cases.json``, scanned against the
+  bundled ``en`` list): a case is caught when ``TextMatcher.scan(text)`` is non-empty. Per setting (overall,
+  and the cases the setting must catch: those whose ``level`` it covers, with the ones it misses listed, and
+  the cases caught only through another term), per form, per case level, and the set's ``traps`` (clean
+  texts) that the setting flags;
+- **new false positives** against ``off``, the baseline measured in the same run: a word is a new false
+  positive at a setting when the setting flags it and ``off`` does not. Every word is scanned on its own
+  (the text is the word). Corpora: wordfreq's top 50,000 English words and the ``english-words`` package's
+  largest set (``web2`` ∪ ``gcide``, lower-cased: 264,494 entries in english-words 2.0.2) against ``en``;
+  the top 5,000 wordfreq English words (alphabetic, two letters or more) that ``off`` does not flag, written
+  with single spaces between the letters (``t i t l e``) and with dots (``t.i.t.l.e``), against ``en``; and
+  for ru, el, de, es, fr the top 30,000 wordfreq words of the language against its bundled list (``en``
+  where the language has none: el).
+  Per corpus and setting: the count, the percentage of the corpus, up to ``--examples`` example words (in
+  corpus order: most frequent first), the words ``off`` flags that the setting does not (``lost``: should be
+  0, the levels only add forms), and the scan time with its ratio to ``off``'s.
+
+One ``TextMatcher`` is built per (list, setting) and reused; its build time is reported.
+
+Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import english_words  # noqa: E402
+import wordfreq  # noqa: E402
+
+from guardrail.matching.obfuscation import Obfuscation  # noqa: E402
+from guardrail.matching.textmatch import TextMatcher  # noqa: E402
+from guardrail.wordlists.wordlist import bundled_names, bundled_wordlist  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "data" / "obfuscation_cases.json"
+LANGUAGES = ("ru", "el", "de", "es", "fr")
+
+# Corpus sizes: full run, --quick.
+EN_TOP = (50_000, 5_000)
+EN_WORDS_SAMPLE = (None, 20_000)  # None: every word of the set
+SPACED_WORDS = (5_000, 500)
+LANG_TOP = (30_000, 3_000)
+
+
+def all_settings() -> list[str]:
+    return [level + suffix for level in Obfuscation.LEVELS for suffix in ("", "+markup")]
+
+
+def covers(setting: Obfuscation, required: Obfuscation) -> bool:
+    """Whether ``setting`` is at least ``required``: its level as high, and markup on if required."""
+    return setting.level >= required.level and (setting.markup or not required.markup)
+
+
+class Matchers:
+    """One TextMatcher per (list, setting), built on first use and reused; build times recorded."""
+
+    def __init__(self) -> None:
+        self._lists: dict[str, object] = {}
+        self._matchers: dict[tuple[str, str], TextMatcher] = {}
+        self.build_seconds: dict[str, dict[str, float]] = defaultdict(dict)
+
+    def get(self, list_name: str, setting: str) -> TextMatcher:
+        key = (list_name, setting)
+        if key not in self._matchers:
+            if list_name not in self._lists:
+                self._lists[list_name] = bundled_wordlist(list_name)
+            started = time.perf_counter()
+            self._matchers[key] = TextMatcher([self._lists[list_name]], obfuscation=Obfuscation.parse(setting))
+            self.build_seconds[list_name][setting] = round(time.perf_counter() - started, 4)
+        return self._matchers[key]
+
+
+def bench_cases(matchers: Matchers, settings: list[str]) -> tuple[dict, dict]:
+    data = json.loads(CASES.read_text(encoding="utf-8"))
+    cases, traps = data["cases"], data["traps"]
+    forms = sorted({c["form"] for c in cases}, key=[c["form"] for c in cases].index)
+    per_setting, per_form, trap_out = {}, {form: {} for form in forms}, {}
+    for setting in settings:
+        matcher = matchers.get("en", setting)
+        parsed = Obfuscation.parse(setting)
+        hits = [{m.term for m in matcher.scan(c["text"])} for c in cases]
+        caught = [bool(h) for h in hits]
+        required = [covers(parsed, Obfuscation.parse(c["level"])) for c in cases]
+        n_required = sum(required)
+        n_required_caught = sum(1 for r, k in zip(required, caught) if r and k)
+        per_setting[setting] = {
+            "caught": sum(caught),
+            "rate": round(sum(caught) / len(cases), 4),
+            "required": n_required,
+            "required_caught": n_required_caught,
+            "required_rate": round(n_required_caught / n_required, 4) if n_required else None,
+            "missed_required": [f"{c['term']}/{c['form']}: {c['text']!r}" for c, r, k in zip(cases, required, caught)
+                                if r and not k],
+            # caught, but not by the case's own term (e.g. only "ass" inside a split "asshole")
+            "other_term_only": [f"{c['term']}/{c['form']}: {sorted(h)}" for c, h in zip(cases, hits)
+                                if h and c["term"] not in h],
+        }
+        for form in forms:
+            idx = [i for i, c in enumerate(cases) if c["form"] == form]
+            per_form[form][setting] = round(sum(caught[i] for i in idx) / len(idx), 4)
+        flagged = [t["text"] for t in traps if matcher.scan(t["text"])]
+        trap_out[setting] = {"flagged": len(flagged), "texts": flagged}
+    levels = sorted({c["level"] for c in cases}, key=lambda s: (Obfuscation.parse(s).level, s))
+    by_level = {level: sum(1 for c in cases if c["level"] == level) for level in levels}
+    per_case_level = {level: {} for level in levels}
+    for setting in settings:
+        matcher = matchers.get("en", setting)
+        for level in levels:
+            texts = [c["text"] for c in cases if c["level"] == level]
+            per_case_level[level][setting] = round(sum(1 for t in texts if matcher.scan(t)) / len(texts), 4)
+    summary = {"file": str(CASES.relative_to(ROOT)), "cases": len(cases),
+               "terms": len({c["term"] for c in cases}), "cases_per_level": by_level,
+               "per_setting": per_setting, "per_form": per_form,
+               "per_case_level": per_case_level}
+    return summary, {"traps": len(traps), "per_setting": trap_out}
+
+
+def scan_words(matcher: TextMatcher, words: list[str]) -> tuple[set[int], float]:
+    started = time.perf_counter()
+    flagged = {i for i, word in enumerate(words) if matcher.scan(word)}
+    return flagged, time.perf_counter() - started
+
+
+def bench_corpus(matchers: Matchers, settings: list[str], list_name: str, words: list[str], examples: int,
+                 note: str | None = None) -> dict:
+    off, off_seconds = scan_words(matchers.get(list_name, "off"), words)
+    out: dict = {"list": list_name, "words": len(words), "flagged_at_off": len(off),
+                 "off_scan_seconds": round(off_seconds, 3), "settings": {}}
+    if note:
+        out["note"] = note
+    for setting in settings:
+        if setting == "off":
+            flagged, seconds = off, off_seconds
+        else:
+            flagged, seconds = scan_words(matchers.get(list_name, setting), words)
+        new = sorted(flagged - off)
+        lost = sorted(off - flagged)
+        out["settings"][setting] = {
+            "new_fp": len(new),
+            "new_fp_pct": round(100 * len(new) / len(words), 3) if words else 0.0,
+            "examples": [words[i] for i in new[:examples]],
+            "lost": len(lost),
+            **({"lost_examples": [words[i] for i in lost[:examples]]} if lost else {}),
+            "scan_seconds": round(seconds, 3),
+            "scan_vs_off": round(seconds / off_seconds, 2) if off_seconds > 0 else None,
+        }
+    return out
+
+
+def corpora(quick: bool, matchers: Matchers) -> list[tuple[str, str, list[str], str | None]]:
+    """(name, list, words, note) for every false-positive corpus."""
+    q = 1 if quick else 0
+    en_top = wordfreq.top_n_list("en", EN_TOP[q])
+    en_words = sorted(w.strip() for w in english_words.get_english_words_set(["web2", "gcide"], lower=True))
+    en_words = [w for w in dict.fromkeys(en_words) if w]
+    if EN_WORDS_SAMPLE[q] is not None:
+        step = max(1, len(en_words) // EN_WORDS_SAMPLE[q])
+        en_words = en_words[::step][:EN_WORDS_SAMPLE[q]]
+    off = matchers.get("en", "off")
+    clean = [w for w in wordfreq.top_n_list("en", EN_TOP[0]) if w.isalpha() and len(w) >= 2 and not off.scan(w)]
+    clean = clean[:SPACED_WORDS[q]]
+    out = [
+        ("wordfreq_en", "en", en_top, f"wordfreq.top_n_list('en', {EN_TOP[q]})"),
+        ("english_words", "en", en_words,
+         "english_words.get_english_words_set(['web2', 'gcide'], lower=True): the package's largest set"
+         + (f", every {step}th word (sorted)" if EN_WORDS_SAMPLE[q] is not None else "")),
+        ("spaced_en", "en", [" ".join(w) for w in clean],
+         f"the top {len(clean)} wordfreq en words (alphabetic, 2+ letters) not flagged at off, letters spaced"),
+        ("dotted_en", "en", [".".join(w) for w in clean], "the same words, letters separated by dots"),
+    ]
+    names = set(bundled_names())
+    for lang in LANGUAGES:
+        list_name = lang if lang in names else "en"
+        note = None if list_name == lang else f"no bundled '{lang}' list: scanned against 'en'"
+        out.append((f"wordfreq_{lang}", list_name, wordfreq.top_n_list(lang, LANG_TOP[q]), note))
+    return out
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for package in ("wordfreq", "english-words", "confusable-homoglyphs", "regex", "pyahocorasick"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: about a tenth of every corpus")
+    parser.add_argument("--examples", type=int, default=20, help="example false positives per corpus and setting")
+    parser.add_argument("--settings", default=",".join(all_settings()),
+                        help="comma-separated settings (LEVEL or LEVEL+markup); 'off' is always measured")
+    args = parser.parse_args()
+    settings = [str(Obfuscation.parse(s)) for s in args.settings.split(",") if s.strip()]
+    if "off" not in settings:
+        settings.insert(0, "off")
+    started = time.perf_counter()
+    matchers = Matchers()
+    out: dict = {"benchmark": "obfuscation", "quick": args.quick, "settings": settings, "versions": versions()}
+    out["cases"], out["traps"] = bench_cases(matchers, settings)
+    out["false_positives"] = {}
+    for name, list_name, words, note in corpora(args.quick, matchers):
+        out["false_positives"][name] = bench_corpus(matchers, settings, list_name, words, args.examples, note)
+    out["fp_summary"] = {setting: {name: corpus["settings"][setting]["new_fp_pct"]
+                                   for name, corpus in out["false_positives"].items()}
+                         for setting in settings}
+    out["matcher_build_seconds"] = matchers.build_seconds
+    out["total_seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
