@@ -1,0 +1,129 @@
+"""The obfuscation streams driven token by token on the real tokenizers of both bundled models agree with the
+text contract (``TextMatcher``) whatever the tokenization; a hit rolls back to the token where the obfuscated
+form begins; hold-back never releases a token a later hit starts in (docs/matching.md, "Obfuscation")."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from guardrail.matching.artefact import ROOT_STATE
+from guardrail.matching.combined import CombinedArtefact
+from guardrail.matching.compiler import compile_artefact, compile_request_artefact
+from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.token_matcher import TokenMatcher
+from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms, with_obfuscation
+
+DATA = json.loads((Path(__file__).parent / "data" / "obfuscation_cases.json").read_text(encoding="utf-8"))
+SETTING = "masked+markup"
+STORED = with_obfuscation([bundled_wordlist("en")], SETTING)
+OWN = with_obfuscation([wordlist_from_terms(["sorry", "rainbow", "teacher"])], SETTING)
+#: Fragments of the random texts: every obfuscated form of the set, clean traps, request terms in several
+#: forms, and the glue around words (single letters and separators are what the spaced view reads).
+FRAGMENTS = ([case["text"] for case in DATA["cases"]] + [trap["text"] for trap in DATA["traps"]]
+             + ["s0rry", "r a i n b o w", "raınbow", "t.e.a.c.h.e.r", "sooorry", " ", ", ", ". ", " I ", " a ",
+                "x", "<i>", "&amp;", "**", "-", "_"])
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def model_name(request):
+    return request.param
+
+
+@pytest.fixture(scope="module", params=["stored", "request", "combined"])
+def setup(model_name, request):
+    tokenizer = request.getfixturevalue(f"{model_name}_tokenizer")
+    vocab = request.getfixturevalue(f"{model_name}_vocab")
+    if request.param == "stored":
+        artefact = compile_artefact(vocab, [*STORED, *OWN])
+    elif request.param == "request":
+        artefact = compile_request_artefact(vocab, [*STORED, *OWN])
+    else:
+        artefact = CombinedArtefact(compile_artefact(vocab, STORED),
+                                    compile_request_artefact(vocab, OWN, alongside=STORED))
+    return tokenizer, vocab, artefact, TextMatcher([*STORED, *OWN])
+
+
+def split_encode(tokenizer, text: str, rng: random.Random) -> list[int]:
+    """``text`` tokenized as independently encoded pieces cut at random points (a non-canonical split)."""
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 5)))) if len(text) > 1 else []
+    ids, last = [], 0
+    for cut in [*cuts, len(text)]:
+        ids += tokenizer.encode(text[last:cut], add_special_tokens=False)
+        last = cut
+    return ids
+
+
+def random_text(rng: random.Random) -> str:
+    return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 4)))
+
+
+def terms_by_tokens(artefact, ids) -> set[str]:
+    """The terms reported when every token is followed (never stopping at a hit), and at the end of text."""
+    state, found = ROOT_STATE, set()
+    for token in ids:
+        transition = artefact.transition(state, token)
+        found |= {artefact.terms[t].text for t, _, _ in transition.hits}
+        state = transition.state
+    return found | {artefact.terms[t].text for t, _, _ in artefact.finish(state).hits}
+
+
+def test_tokens_find_what_the_text_contract_finds(setup):
+    tokenizer, _, artefact, matcher = setup
+    rng = random.Random(18)
+    flagged = 0
+    for _ in range(250):
+        text = random_text(rng)
+        ids = split_encode(tokenizer, text, rng)
+        assert tokenizer.decode(ids) == text
+        want = {m.term for m in matcher.scan(text)}
+        assert terms_by_tokens(artefact, ids) == want, text
+        flagged += bool(want)
+    assert flagged > 100  # the texts do exercise the forms
+
+
+def test_a_hit_rolls_back_to_the_token_where_the_form_begins_and_nothing_released_is_taken_back(setup):
+    tokenizer, vocab, artefact, matcher = setup
+    rng = random.Random(7)
+    hits = 0
+    for _ in range(250):
+        text = random_text(rng)
+        ids = split_encode(tokenizer, text, rng)
+        token_matcher, released = TokenMatcher(artefact), 0
+        for index, token in enumerate(ids + [None]):
+            hit = token_matcher.push(token) if token is not None else token_matcher.finish()
+            if hit is None:
+                if token is None:
+                    break
+                released = max(released, token_matcher.releasable())
+                continue
+            hits += 1
+            seen = tokenizer.decode(ids[:index + 1] if token is not None else ids)
+            before = tokenizer.decode(ids[:hit.start_token])
+            starts = [m.start for m in matcher.scan(seen) if m.term == hit.term]
+            # The rollback target is at or before the form's first character, never after it...
+            assert starts and len(before) <= max(starts), (text, hit, before)
+            # ...and never before text that was already released.
+            assert hit.start_token >= released, (text, hit, released)
+            break
+        # A released prefix never ends inside a UTF-8 character.
+        b"".join(vocab.token_bytes[t] for t in token_matcher.tokens[:released]).decode("utf-8")
+    assert hits > 100
+
+
+def test_hold_back_costs_little_on_clean_prose(setup):
+    """On clean prose the obfuscation streams hold back about as much as the literal contract (a few characters
+    at the end, never the whole text): what is releasable lags the text by less than a word on average."""
+    tokenizer, vocab, artefact, _ = setup
+    prose = ("The committee met on Tuesday to discuss the budget. After a long debate, the members agreed to fund "
+             "the new library, the bike lanes and a small park near the river. I think a b c tests are fine.")
+    ids = tokenizer.encode(prose, add_special_tokens=False)
+    matcher, lags = TokenMatcher(artefact), []
+    for token in ids:
+        assert matcher.push(token) is None
+        held = b"".join(vocab.token_bytes[t] for t in matcher.tokens[matcher.releasable():])
+        lags.append(len(held.decode("utf-8", "replace")))
+    assert sum(lags) / len(lags) < 8, lags
