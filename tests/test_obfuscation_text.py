@@ -18,9 +18,9 @@ from guardrail.wordlists.wordlist import (
     bundled_wordlist,
     format_wordlist,
     parse_wordlist,
+    with_obfuscation,
     wordlist_digest,
     wordlist_from_terms,
-    with_obfuscation,
 )
 
 DATA = json.loads((Path(__file__).parent / "data" / "obfuscation_cases.json").read_text(encoding="utf-8"))

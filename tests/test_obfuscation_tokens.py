@@ -15,7 +15,7 @@ from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
-from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms, with_obfuscation
+from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation, wordlist_from_terms
 
 DATA = json.loads((Path(__file__).parent / "data" / "obfuscation_cases.json").read_text(encoding="utf-8"))
 SETTING = "masked+markup"
