@@ -30,7 +30,7 @@ import numpy as np
 from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState, symbol_pattern
 from guardrail.matching.obfuscation import ObfuscationLevel
 from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton, compile_obfuscation_stream
-from guardrail.matching.obfuscation_nfa import ObfuscatedTerm
+from guardrail.matching.obfuscation_nfa import ObfuscatedTerm, ObfuscationNfa
 from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
 from guardrail.matching.regex_tokens import continuing_tokens, inside_candidates
 from guardrail.matching.term_spec import AllowSpec, TermSpec
@@ -120,6 +120,8 @@ class Artefact:
             Cost then grows with the terms, not with the vocab.
         regex_states: the DFA-node limit of each regex stream (lower for a request's terms:
             :data:`~guardrail.matching.regex_automaton.MAX_REQUEST_REGEX_DFA_STATES`).
+        obfuscation_nfas: the NFAs of the obfuscation streams, in stream order, when read from a stored
+            artefact (built from the terms otherwise).
 
     Raises:
         WordListError: the regex terms of a case mode need more automaton states than the limits allow
@@ -127,7 +129,8 @@ class Artefact:
     """
 
     def __init__(self, vocab: TokenVocab, terms: Sequence[TermSpec], allows: Sequence[AllowSpec],
-                 sweep: RootSweep | None = None, *, lazy: bool = False, regex_states: int = MAX_REGEX_DFA_STATES):
+                 sweep: RootSweep | None = None, *, lazy: bool = False, regex_states: int = MAX_REGEX_DFA_STATES,
+                 obfuscation_nfas: Sequence[ObfuscationNfa] | None = None):
         self.vocab = vocab
         self.terms = tuple(terms)
         self.allows = tuple(allows)
@@ -169,9 +172,12 @@ class Artefact:
         for t in self.terms:
             if not t.obfuscation.off:
                 views.setdefault((t.obfuscation.level >= ObfuscationLevel.SPACED, t.obfuscation.markup), []).append(t)
-        for (spaced, markup), mine in sorted(views.items()):
-            self.automata.append(compile_obfuscation_stream(
-                tuple(ObfuscatedTerm(t.normalized, t.match, t.obfuscation) for t in mine), spaced, markup))
+        if obfuscation_nfas is not None and len(obfuscation_nfas) != len(views):
+            raise ValueError(f"{len(obfuscation_nfas)} obfuscation NFAs for {len(views)} obfuscation streams")
+        for index, ((spaced, markup), mine) in enumerate(sorted(views.items())):
+            obfuscated = tuple(ObfuscatedTerm(t.normalized, t.match, t.obfuscation) for t in mine)
+            self.automata.append(compile_obfuscation_stream(obfuscated, spaced, markup) if obfuscation_nfas is None
+                                 else ObfuscationAutomaton(obfuscated, spaced, markup, nfa=obfuscation_nfas[index]))
             self.patterns.append([])
             self.allow_patterns.append([])
             self.global_ids.append([t.term_id for t in mine])

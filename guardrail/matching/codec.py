@@ -19,14 +19,16 @@ import numpy as np
 
 from guardrail.matching.artefact import Artefact, RootSweep
 from guardrail.matching.obfuscation import Obfuscation
+from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton
+from guardrail.matching.obfuscation_nfa import ObfuscationNfa
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
 MAGIC = b"GUARDRAIL-ARTEFACT\n"
 #: 2: terms carry a regex flag; ``regex_nodes`` lists the node count of each regex stream.
-#: 3: terms carry their effective obfuscation level (obfuscation streams are rebuilt from the term table; their
-#: automata build lazily, so no node count is recorded for them).
+#: 3: terms carry their effective obfuscation level; each obfuscation stream's NFA is stored as arrays
+#: ``obfuscation<i>.<part>`` (its DFA builds lazily from it, so no node count is recorded for it).
 FORMAT_VERSION = 3
 _DTYPES = {"int32", "int64", "uint8"}
 _ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
@@ -39,8 +41,11 @@ class ArtefactFormatError(ValueError):
 def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> bytes:
     """Serialise ``artefact`` under its content ``key``; returns the blob (bytes)."""
     arrays, payload, offset = {}, [], 0
-    for name in _ARRAYS:
-        array = np.ascontiguousarray(getattr(artefact.sweep, name))
+    named = [(name, getattr(artefact.sweep, name)) for name in _ARRAYS]
+    for index, automaton in enumerate(a for a in artefact.automata if isinstance(a, ObfuscationAutomaton)):
+        named += [(f"obfuscation{index}.{part}", array) for part, array in automaton.nfa.to_arrays().items()]
+    for name, array in named:
+        array = np.ascontiguousarray(array)
         data = array.tobytes()
         arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape), "offset": offset, "nbytes": len(data)}
         payload.append(data)
@@ -89,18 +94,25 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
                 raise ArtefactFormatError(f"{field} is {header.get(field)!r}, expected {value!r}")
         if hashlib.sha256(body).hexdigest() != header["sha256"]:
             raise ArtefactFormatError("checksum mismatch (corrupted blob)")
-        arrays = {}
-        for name in _ARRAYS:
-            spec = header["arrays"][name]
+        arrays, nfa_arrays = {}, {}
+        for name, spec in header["arrays"].items():
             if spec["dtype"] not in _DTYPES:
                 raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")
             chunk = body[spec["offset"]:spec["offset"] + spec["nbytes"]]
-            arrays[name] = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
+            array = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
+            if name in _ARRAYS:
+                arrays[name] = array
+            else:  # obfuscation<i>.<part>
+                stream, _, part = name.partition(".")
+                nfa_arrays.setdefault(int(stream.removeprefix("obfuscation")), {})[part] = array
+        if set(arrays) != set(_ARRAYS):
+            raise ArtefactFormatError(f"arrays {sorted(set(_ARRAYS) - set(arrays))} missing")
+        nfas = [ObfuscationNfa.from_arrays(nfa_arrays[i]) for i in range(len(nfa_arrays))]
         terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs), bool(regex), Obfuscation.parse(obf))
                  for i, (lst, text, norm, match, cs, regex, obf) in enumerate(header["terms"])]
         allows = [AllowSpec(text, norm, bool(cs)) for text, norm, cs in header["allows"]]
         sweep = RootSweep(**arrays)
-        artefact = Artefact(vocab, terms, allows, sweep=sweep)
+        artefact = Artefact(vocab, terms, allows, sweep=sweep, obfuscation_nfas=nfas)
         if sweep.node.shape != (len(artefact.automata), len(vocab.token_bytes)):
             raise ArtefactFormatError(f"sweep shape {sweep.node.shape} does not fit the terms and vocab")
         if _regex_nodes(artefact) != header["regex_nodes"]:

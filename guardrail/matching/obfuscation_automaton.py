@@ -43,6 +43,7 @@ class ObfuscationAutomaton(RegexAutomaton):
         spaced: the view joins spaced runs and reads stretched letters.
         markup: the view reads markup as rendered.
         max_states: the DFA node limit.
+        nfa: the terms' NFA when already built (read from a stored artefact).
 
     Raises:
         RegexError: more than ``max_states`` DFA nodes.
@@ -55,12 +56,13 @@ class ObfuscationAutomaton(RegexAutomaton):
     lazy = True
 
     def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool, markup: bool,
-                 max_states: int = MAX_OBFUSCATION_DFA_STATES):
+                 max_states: int = MAX_OBFUSCATION_DFA_STATES, nfa: ObfuscationNfa | None = None):
         self.terms = tuple(terms)
         self.view = View(spaced, markup)
         self._lock = threading.RLock()
-        super().__init__([(t.normalized, t.match) for t in self.terms], False, max_states,
-                         nfa=ObfuscationNfa(self.terms, spaced))
+        #: The NFA (stored in the artefact: ``codec.py``); built from ``terms`` when not given.
+        self.nfa = ObfuscationNfa(self.terms, spaced) if nfa is None else nfa
+        super().__init__([(t.normalized, t.match) for t in self.terms], False, max_states, nfa=self.nfa)
 
     def step(self, node: int, char: str) -> int:
         """As :meth:`RegexAutomaton.step`; a node's row is built under the automaton's lock (one automaton

@@ -118,8 +118,9 @@ class RegexAutomaton:
         self.delayable = frozenset(t for later in self.later if later for side in later for t, _ in side)
         #: Whether a match can begin after a word character where it cannot after a non-word one (a
         #: leading ``\\B`` before a word character, ``\\b`` before a non-word one): then a token read from the
-        #: text start (a non-word context, the root sweep's) does not show every match it can hold.
-        self.word_context_starts = any(
+        #: text start (a non-word context, the root sweep's) does not show every match it can hold. (Not
+        #: computed for a lazy automaton: an obfuscation stream is never swept.)
+        self.word_context_starts = not self.lazy and any(
             not set(subsets.fresh_states(after_word.get(cls, 0))) <= set(subsets.fresh_states(after_other.get(cls, 0)))
             for next_word in (0, 1)
             for after_word, after_other in [(subsets.start_moves(2 + next_word), subsets.start_moves(next_word))]
@@ -317,12 +318,13 @@ class _Subsets:
     def __init__(self, nfa: Nfa, alphabet: Alphabet):
         self.nfa = nfa
         self.by_word = {w: [c for c in range(alphabet.size) if alphabet.is_word[c] == w] for w in (False, True)}
-        # reads[q][w]: the classes of word-ness w that consuming state q accepts.
-        self.reads: dict[int, dict[bool, list[int]]] = {}
-        for state in range(nfa.num_states):
-            if nfa.consumes[state] >= 0:
-                members = alphabet.members[nfa.consumes[state]]
-                self.reads[state] = {w: [c for c in members if alphabet.is_word[c] == w] for w in (False, True)}
+        # reads[s][w]: the classes of word-ness w that character set s (``nfa.charsets``) holds; a consuming
+        # state q reads ``reads[nfa.consumes[q]]`` (per set, not per state: obfuscated terms have ~30k states
+        # over ~50 sets).
+        self.reads: list[dict[bool, list[int]]] = [
+            {w: [c for c in members if alphabet.is_word[c] == w] for w in (False, True)}
+            for members in alphabet.members[:len(nfa.charsets)]]
+        self._consumes = nfa.consumes
         self.fresh_sets: dict[tuple[int, ...], int] = {(): 0}
         self._fresh_list: list[tuple[int, ...]] = [()]
         self._start_moves: dict[int, dict[int, int]] = {}
@@ -338,7 +340,7 @@ class _Subsets:
             completed.update(terms)
             for q in consuming:
                 after = self.nfa.target[q]
-                for cls in self.reads[q][next_word]:
+                for cls in self.reads[self._consumes[q]][next_word]:
                     moves.setdefault(cls, set()).add(after)
         return completed, moves
 
@@ -390,7 +392,7 @@ class _Subsets:
                     done[term] = count
             for q in consuming:
                 after = self.nfa.target[q]
-                for cls in self.reads[q][next_word]:
+                for cls in self.reads[self._consumes[q]][next_word]:
                     reached = moves.setdefault(cls, {})
                     if reached.get(after, 0) <= count:
                         reached[after] = count + 1
