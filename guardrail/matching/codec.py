@@ -94,7 +94,8 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
                 raise ArtefactFormatError(f"{field} is {header.get(field)!r}, expected {value!r}")
         if hashlib.sha256(body).hexdigest() != header["sha256"]:
             raise ArtefactFormatError("checksum mismatch (corrupted blob)")
-        arrays, nfa_arrays = {}, {}
+        arrays: dict[str, np.ndarray] = {}
+        nfa_arrays: dict[int, dict[str, np.ndarray]] = {}
         for name, spec in header["arrays"].items():
             if spec["dtype"] not in _DTYPES:
                 raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")

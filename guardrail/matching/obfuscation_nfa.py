@@ -28,9 +28,9 @@ from __future__ import annotations
 import functools
 import gc
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
-from typing import NamedTuple
 
 from guardrail.matching.charset import CharSet
 from guardrail.matching.obfuscation import (

@@ -114,12 +114,13 @@ class TextMatcher:
     def scan(self, text: str) -> list[TextMatch]:
         """All matches in ``text``, overlapping ones included, sorted by (start, end, term)."""
         found: list[TextMatch] = []
+        obfuscated: list[TextMatch] = []
         if self._views:
             norm, offsets = normalize_with_offsets(text)
             for automaton, specs in self._views:
                 for term, start, end in automaton.scan(norm):
                     spec = specs[term]
-                    found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
+                    obfuscated.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
         for case_sensitive, terms, allows, regexes, dfa in self._modes:
             norm, offsets = normalize_with_offsets(text, case_sensitive)
             if dfa is not None:  # allow-terms apply to plain substring terms only
@@ -138,11 +139,11 @@ class TextMatcher:
                     if spec.match is MatchMode.SUBSTRING and any(a <= start and end <= b for a, b in allowed):
                         continue
                     found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
-        # One report per occurrence: an obfuscation stream also reads a literal occurrence (the shorter span wins).
-        first: dict[tuple[str, str, int], TextMatch] = {}
-        for match in sorted(set(found), key=lambda m: (m.start, m.end, m.term, m.list_name)):
-            first.setdefault((match.term, match.list_name, match.start), match)
-        return list(first.values())
+        # One report per occurrence: an obfuscation stream also reads the literal occurrences the plain streams
+        # report (with a span that may differ at the edges); it adds only the forms they do not see.
+        literal = {(m.term, m.list_name, m.start) for m in found}
+        found += [m for m in obfuscated if (m.term, m.list_name, m.start) not in literal]
+        return sorted(set(found), key=lambda m: (m.start, m.end, m.term, m.list_name))
 
     def __bool__(self) -> bool:  # noqa: D105
         return bool(self.terms)
