@@ -22,7 +22,12 @@ Prints one JSON object. For each of the 10 settings (the 5 levels of
 
 One ``TextMatcher`` is built per (list, setting) and reused; its build time is reported.
 
-Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup]
+- **costs** of the default setting against ``off``, both bundled tokenizers: compile of ``en`` cold and warm
+  from Redis (a fresh cache, no automaton in memory), 10 fresh request terms (compile + combine + first
+  transition, median), the guard per token (``TokenMatcher.push`` + ``releasable``, memo warm, p50/p99 µs)
+  and the characters held back per position on plain prose.
+
+Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup] [--costs-only]
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import english_words  # noqa: E402
 import wordfreq  # noqa: E402
 
-from guardrail.matching.obfuscation import Obfuscation  # noqa: E402
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_names, bundled_wordlist  # noqa: E402
 
@@ -200,13 +205,118 @@ def versions() -> dict:
     return found
 
 
+#: Prose for the per-token costs (guard step, hold-back): plain English as a chat answer writes it, with a list,
+#: a spelled-out acronym and a little markup, none of it banned.
+PROSE = (
+    "Thanks for the question! Here is a short plan for the week. On Monday, review the budget with the team and "
+    "write down the three biggest costs. On Tuesday, call the suppliers: ask for a discount on bulk orders, and "
+    "compare at least two offers. On Wednesday, meet the U.S. partners (the N A S A style review is optional) "
+    "and agree on **clear** deadlines. On Thursday, test the new release: a b c d style checklists help. "
+    "Finally, on Friday, summarise what worked, what did not, and send the notes to everyone by 5 p.m. "
+    "I hope this helps; let me know if you want a more detailed schedule, a table, or a shorter version. "
+)
+
+
+def timed(fn):
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def bench_costs(setting: str, reps: int) -> dict:
+    """Compile (cold, and warm from Redis in a fresh cache), a request's terms, the guard per token and the
+    hold-back, at ``setting`` against ``off`` measured in the same run (en, both bundled tokenizers)."""
+    import gc
+    import statistics
+    import uuid
+
+    import redis
+
+    from guardrail.matching import obfuscation_automaton
+    from guardrail.matching.cache import ArtefactCache
+    from guardrail.matching.combined import CombinedArtefact
+    from guardrail.matching.compiler import compile_request_artefact
+    from guardrail.matching.token_matcher import TokenMatcher
+    from guardrail.matching.token_text import TokenTextIndex
+    from guardrail.matching.vocab import TokenVocab
+    from guardrail.models import load_tokenizer
+    from guardrail.wordlists.wordlist import with_obfuscation, wordlist_from_terms
+
+    redis_url = os.environ.get("GUARDRAIL_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"guardrail-bench:{uuid.uuid4().hex}:"
+    out: dict = {"setting": setting, "baseline": "off"}
+    try:
+        for model in ("smollm2", "gemma3"):
+            tokenizer = load_tokenizer(model)
+            vocab = TokenVocab.from_tokenizer(tokenizer)
+            TokenTextIndex.for_vocab(vocab)  # built once per vocab at start-up, not per request
+            gc.freeze()  # as the service does after its warm-up: the collector skips the start-up heap
+            per_model: dict = {}
+            for level in ("off", setting):
+                lists = with_obfuscation([bundled_wordlist("en")], level)
+                obfuscation_automaton.compile_obfuscation_stream.cache_clear()
+                (artefact, layer), cold = timed(lambda lists=lists, vocab=vocab: ArtefactCache(
+                    redis_url, None, key_prefix=prefix).get(vocab, lists))
+                assert layer == "compile", layer
+                obfuscation_automaton.compile_obfuscation_stream.cache_clear()  # a fresh process has none
+                (_, layer), warm = timed(lambda lists=lists, vocab=vocab: ArtefactCache(
+                    redis_url, None, key_prefix=prefix).get(vocab, lists))
+                assert layer == "redis", layer
+                # A request's 10 own terms, compiled apart and combined (a new set each time: no LRU hit).
+                request_ms = []
+                for rep in range(reps):
+                    own = with_obfuscation([wordlist_from_terms([f"zorblat{rep}x{k}" for k in range(10)])], level)
+                    _, seconds = timed(lambda own=own, vocab=vocab, artefact=artefact, lists=lists: CombinedArtefact(
+                        artefact, compile_request_artefact(vocab, own, alongside=lists)).transition(0, 0))
+                    request_ms.append(seconds * 1000)
+                # Guard per token: push + releasable over the prose, memo warm (second pass), and hold-back.
+                ids = tokenizer.encode(PROSE * 2, add_special_tokens=False)
+                step_us, held = [], []
+                for warm_pass in (False, True):
+                    matcher = TokenMatcher(artefact)
+                    for token in ids:
+                        started = time.perf_counter()
+                        hit = matcher.push(token)
+                        released = matcher.releasable()
+                        elapsed = time.perf_counter() - started
+                        assert hit is None, artefact.terms[hit.term_id].text
+                        if warm_pass:
+                            step_us.append(elapsed * 1e6)
+                            tail = b"".join(vocab.token_bytes[t] for t in matcher.tokens[released:])
+                            held.append(len(tail.decode("utf-8", "replace")))
+                per_model[level] = {
+                    "compile_cold_seconds": round(cold, 3),
+                    "compile_warm_redis_seconds": round(warm, 4),
+                    "request_terms_ms_median": round(statistics.median(request_ms), 2),
+                    "guard_step_us_p50": round(statistics.median(step_us), 2),
+                    "guard_step_us_p99": round(sorted(step_us)[int(0.99 * (len(step_us) - 1))], 2),
+                    "held_chars_mean": round(sum(held) / len(held), 3),
+                }
+            base, level = per_model["off"], per_model[setting]
+            per_model["ratios"] = {key: round(level[key] / base[key], 2) if base[key] else None for key in base}
+            per_model["extra_held_chars_per_position"] = round(level["held_chars_mean"] - base["held_chars_mean"], 3)
+            out[model] = per_model
+    finally:
+        client = redis.Redis.from_url(redis_url)
+        for key in client.scan_iter(prefix + "*"):
+            client.delete(key)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: about a tenth of every corpus")
     parser.add_argument("--examples", type=int, default=20, help="example false positives per corpus and setting")
     parser.add_argument("--settings", default=",".join(all_settings()),
                         help="comma-separated settings (LEVEL or LEVEL+markup); 'off' is always measured")
+    parser.add_argument("--costs-only", action="store_true", help="only the compile, request-term, guard-step "
+                        "and hold-back costs of the default setting against off")
+    parser.add_argument("--reps", type=int, default=15, help="request-term compiles per setting (median)")
     args = parser.parse_args()
+    if args.costs_only:
+        print(json.dumps({"benchmark": "obfuscation", "costs": bench_costs(str(DEFAULT_OBFUSCATION), args.reps)},
+                         indent=2))
+        return
     settings = [str(Obfuscation.parse(s)) for s in args.settings.split(",") if s.strip()]
     if "off" not in settings:
         settings.insert(0, "off")
@@ -221,6 +331,7 @@ def main() -> None:
                                    for name, corpus in out["false_positives"].items()}
                          for setting in settings}
     out["matcher_build_seconds"] = matchers.build_seconds
+    out["costs"] = bench_costs(str(DEFAULT_OBFUSCATION), args.reps)
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2, ensure_ascii=False))
 

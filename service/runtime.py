@@ -7,6 +7,7 @@ store and its in-memory catalog, and the generation worker.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -164,6 +165,10 @@ class Runtime:
             self.artefacts.get(self.vocab, with_obfuscation(lists, self.settings.obfuscation))
             TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
             word_chars()  # and regex terms against the \w \d \s tables (~0.3 s once)
+            # Everything built so far lives as long as the process (model, vocab tables, token-text index,
+            # artefacts): move it out of the cyclic collector's reach, so that a request that allocates (a
+            # request's terms, obfuscation automata) does not pay a full collection over millions of objects.
+            gc.freeze()
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 
