@@ -23,7 +23,7 @@ from guardrail.models import load_model, load_tokenizer  # noqa: E402
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 # The service's server fixtures (`service`, `openai_client`), shared by the tests/test_service_*.py modules.
-pytest_plugins = ["test_service_server"]
+pytest_plugins = ["helpers.service_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -4,25 +4,16 @@ without a restart, on this replica at once and on another replica sharing Redis 
 from __future__ import annotations
 
 import time
-import uuid
 
 import httpx
 import pytest
-from test_service_server import ADMIN_TOKEN, CLIENT_KEY, start_service_process, wait_until
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, start_service_process
+from helpers.service_client import check, unique_name
+from helpers.wait import wait_until
 
 from service.auth import token_id
 
 pytestmark = pytest.mark.slow
-
-
-def unique_name() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-def check(server, text: str, **body) -> dict:
-    response = server.post("/v1/check", json={"text": text, **body}, headers={"Authorization": f"Bearer {CLIENT_KEY}"})
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def enforces(server, name: str, text: str) -> bool:

@@ -13,8 +13,8 @@ import time
 import httpx
 import openai
 import pytest
-from test_service_api import GREEDY, error_of
-from test_service_server import CLIENT_KEY, MODEL
+from helpers.service import CLIENT_KEY, MODEL
+from helpers.service_client import GREEDY, error_of
 
 pytestmark = pytest.mark.slow
 

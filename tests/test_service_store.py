@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from test_service_server import delete_namespace
+from helpers.service import delete_namespace
 
 from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
 from service.catalog import UnknownWordList, WordListCatalog

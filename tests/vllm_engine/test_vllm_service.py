@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("vllm.v1.sample.logits_processor")
 
-from test_service_server import CLIENT_KEY, MODEL, start_service_process  # noqa: E402
+from helpers.service import CLIENT_KEY, MODEL, start_service_process  # noqa: E402
 
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
