@@ -6,10 +6,10 @@ from guardrail's disk cache, see guardrail/models.py).
 
 The ``slow`` marker (``pytest -m "not slow"``, ``make test-fast``): a test is slow when it loads a real
 model. :func:`pytest_collection_modifyitems` marks every test that uses, directly or through other fixtures,
-one of :data:`MODEL_FIXTURES` (the model weights, or the shared service, which loads SmolLM2); tests that
-load a model without such a fixture (``load_model`` in the test, a service or CLI in a subprocess) carry an
-explicit ``@pytest.mark.slow``. Tokenizers are not slow: tests that use only ``smollm2_tokenizer``,
-``gemma3_tokenizer`` or a vocab run in ``make test-fast``.
+one of :data:`MODEL_FIXTURES` (the model weights, the shared service, which loads SmolLM2, or vLLM);
+tests that load a model without such a fixture (``load_model`` in the test, a service or CLI in a
+subprocess) carry an explicit ``@pytest.mark.slow``. Tokenizers are not slow: tests that use only
+``smollm2_tokenizer``, ``gemma3_tokenizer`` or a vocab run in ``make test-fast``.
 """
 
 import os
@@ -33,7 +33,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 pytest_plugins = ["helpers.service_fixtures"]
 
 # Fixtures that load model weights (see the module's docstring): a test using any of them is marked slow.
-MODEL_FIXTURES = frozenset({"smollm2_model", "gemma3_model", "service", "openai_client"})
+# driver and run_plain_vllm: the vLLM engine on SmolLM2, in this process or another (tests/vllm_engine/).
+MODEL_FIXTURES = frozenset({"smollm2_model", "gemma3_model", "service", "openai_client", "driver", "run_plain_vllm"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,7 +75,7 @@ def tok(smollm2_tokenizer):
 
 @pytest.fixture(scope="session")
 def smollm2_model():
-    """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are marked ``@pytest.mark.slow``."""
+    """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are slow (marked at collection)."""
     return load_model("smollm2")
 
 
