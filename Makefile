@@ -1,11 +1,11 @@
-# Two entry points (see README): `make serve` and `make test`.
+# Two entry points (see README): `make serve` and `make test` (`make test-fast`: the tests that load no model).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test bench vllm-install vllm-test
+.PHONY: install serve test test-fast bench vllm-install vllm-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Without the tests marked slow (those that load a real model; the rule is in tests/conftest.py). CI runs `make test`.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/compile.py

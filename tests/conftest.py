@@ -3,6 +3,13 @@
 Everything is session-scoped and built on first use, so a test run pays for each tokenizer or model at
 most once (first run on a machine: tokenizers ~10-30 s, model ~30-60 s from gguf; afterwards ~1 s each
 from guardrail's disk cache, see guardrail/models.py).
+
+The ``slow`` marker (``pytest -m "not slow"``, ``make test-fast``): a test is slow when it loads a real
+model. :func:`pytest_collection_modifyitems` marks every test that uses, directly or through other fixtures,
+one of :data:`MODEL_FIXTURES` (the model weights, the shared service, which loads SmolLM2, or vLLM);
+tests that load a model without such a fixture (``load_model`` in the test, a service or CLI in a
+subprocess) carry an explicit ``@pytest.mark.slow``. Tokenizers are not slow: tests that use only
+``smollm2_tokenizer``, ``gemma3_tokenizer`` or a vocab run in ``make test-fast``.
 """
 
 import os
@@ -23,7 +30,17 @@ from guardrail.models import load_model, load_tokenizer  # noqa: E402
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 # The service's server fixtures (`service`, `openai_client`), shared by the tests/test_service_*.py modules.
-pytest_plugins = ["test_service_server"]
+pytest_plugins = ["helpers.service_fixtures"]
+
+# Fixtures that load model weights (see the module's docstring): a test using any of them is marked slow.
+# driver and run_plain_vllm: the vLLM engine on SmolLM2, in this process or another (tests/vllm_engine/).
+MODEL_FIXTURES = frozenset({"smollm2_model", "gemma3_model", "service", "openai_client", "driver", "run_plain_vllm"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +75,7 @@ def tok(smollm2_tokenizer):
 
 @pytest.fixture(scope="session")
 def smollm2_model():
-    """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are marked ``@pytest.mark.slow``."""
+    """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are slow (marked at collection)."""
     return load_model("smollm2")
 
 

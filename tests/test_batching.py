@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from streams import assert_no_leak, contract
+from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids

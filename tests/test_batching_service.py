@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_service_server import metric
+from helpers.service import metric
 
 REPETITIVE = json.loads((Path(__file__).parent / "data" / "repetitive_prompts.json").read_text(encoding="utf-8"))
 

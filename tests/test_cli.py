@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import time
 
 import pytest
+from helpers.wait import wait_until
 
 from guardrail.models import progress
 from service.cli.main import build_parser, main
@@ -101,10 +101,12 @@ def test_progress_shows_a_ticking_line_on_a_terminal_only(monkeypatch):
     terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     with progress("converting a model", refresh_s=0.05):
-        time.sleep(0.3)
+        # The line drawn at the start, then ticking: redrawn at least twice while the work goes on.
+        wait_until(lambda: terminal.getvalue().count("guardrail: converting a model: 00:") >= 3, 30,
+                   "the progress line ticking", interval_s=0.01)
     assert "guardrail: converting a model: 00:00" in terminal.getvalue()
     piped = io.StringIO()
     monkeypatch.setattr("sys.stderr", piped)
     with progress("converting a model", refresh_s=0.05):
-        time.sleep(0.1)
+        pass  # nothing to wait for: a line would be drawn at once (and again when it closes)
     assert piped.getvalue() == ""

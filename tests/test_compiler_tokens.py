@@ -8,6 +8,7 @@ import collections
 import random
 
 import pytest
+from helpers.tokens import byte_start_of_token, encode, encode_split, first_hit, hits_after_hold_back
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -55,20 +56,6 @@ def setup(model_name, compiled_as, request):
     return tokenizer, vocab, wordlists, artefact, TextMatcher(wordlists)
 
 
-def encode(tokenizer, text):
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-def encode_split(tokenizer, text, cuts):
-    """Encode ``text`` as independently tokenized pieces: a non-canonical tokenization of the same text."""
-    ids, last = [], 0
-    for cut in sorted(cuts) + [len(text)]:
-        if cut > last:
-            ids += encode(tokenizer, text[last:cut])
-            last = cut
-    return ids
-
-
 def drive_all(artefact, ids):
     """Follow every token (never stopping at a hit) and return the terms matched, with multiplicity."""
     state, terms = ROOT_STATE, []
@@ -78,20 +65,6 @@ def drive_all(artefact, ids):
         state = transition.state
     terms += [artefact.terms[t].text for t, _, _ in artefact.finish(state).hits]
     return collections.Counter(terms)
-
-
-def first_hit(artefact, ids):
-    matcher = TokenMatcher(artefact)
-    for index, token in enumerate(ids):
-        hit = matcher.push(token)
-        if hit:
-            return index, hit
-    hit = matcher.finish()
-    return (len(ids), hit) if hit else (None, None)
-
-
-def byte_start_of_token(vocab, ids, index):
-    return sum(len(vocab.token_bytes[t]) for t in ids[:index])
 
 
 FRAGMENTS = ["fuck", "FUCK", "Fuck", " you", "  YOU", "\nyou", " sorry", "Sorry", "SOR", "ry", " li", "sten",
@@ -218,31 +191,6 @@ def test_a_hit_never_starts_in_a_released_token(setup):
     """Hold-back: once released, a token can never be rolled back (trap 6)."""
     tokenizer, vocab, _, artefact, _ = setup
     assert hits_after_hold_back(tokenizer, vocab, artefact, FRAGMENTS, 8, random.Random(7)) > 50
-
-
-def hits_after_hold_back(tokenizer, vocab, artefact, fragments, pieces, rng) -> int:
-    """Decode 300 random texts of ``pieces`` fragments, each split at a random point, through a
-    :class:`TokenMatcher`; assert that no hit starts in a token ``releasable()`` already released and that
-    no released prefix ends inside a UTF-8 character. Returns the hits seen (so a caller can check that the
-    texts do exercise hits)."""
-    hits = 0
-    for _ in range(300):
-        text = "".join(rng.choice(fragments) for _ in range(pieces))
-        ids = encode_split(tokenizer, text, [rng.randrange(len(text) + 1)])
-        matcher, released = TokenMatcher(artefact), 0
-        for token in ids:
-            hit = matcher.push(token)
-            if hit is not None:
-                assert hit.start_token >= released, (text, hit, released)
-                hits += 1
-                break
-            released = max(released, matcher.releasable())
-            # A released prefix never ends inside a UTF-8 character.
-            b"".join(vocab.token_bytes[t] for t in matcher.tokens[:released]).decode("utf-8")
-        else:
-            hit = matcher.finish()
-            assert hit is None or hit.start_token >= released
-    return hits
 
 
 def test_always_banned_tokens_complete_a_term_by_themselves(setup):

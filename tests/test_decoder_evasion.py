@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from streams import assert_no_leak
+from helpers.streams import assert_no_leak
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from regex_oracle import oracle_matches
+from helpers.regex_oracle import oracle_matches
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from test_service_server import free_port, wait_until
+from helpers.service import free_port
+from helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = ROOT / "helm" / "guardrail" / "files" / "alerts.yaml"

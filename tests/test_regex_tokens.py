@@ -13,11 +13,10 @@ import re
 from re import _constants as sre  # type: ignore[attr-defined]
 
 import pytest
+from helpers.regex_oracle import ReferenceRegex, patterns
+from helpers.tokens import byte_start_of_token, encode, encode_split, first_hit, hits_after_hold_back
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from regex_oracle import ReferenceRegex
-from test_compiler_tokens import byte_start_of_token, encode, encode_split, first_hit, hits_after_hold_back
-from test_regex_terms import patterns
 
 from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.combined import CombinedArtefact

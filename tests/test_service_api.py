@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import openai
 import pytest
-from test_service_server import CLIENT_KEY, MODEL, PROMPT
+from helpers.service import CLIENT_KEY, MODEL, PROMPT
+from helpers.service_client import GREEDY, collect_stream, error_of
 
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
-
-GREEDY = {"model": MODEL, "messages": PROMPT, "temperature": 0, "max_tokens": 24}
-
-
-def collect_stream(stream) -> tuple[list[str], list, object]:
-    """(content pieces, finish reasons, usage) of a streamed chat completion."""
-    pieces, reasons, usage = [], [], None
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.delta.content:
-                pieces.append(choice.delta.content)
-            if choice.finish_reason is not None:
-                reasons.append(choice.finish_reason)
-    return pieces, reasons, usage
-
 
 def test_models_lists_the_served_model(openai_client):
     assert [m.id for m in openai_client.models.list().data] == [MODEL]
@@ -170,12 +154,6 @@ def test_check_of_a_clean_text_is_not_flagged(service):
 
 
 # -- errors: OpenAI's shape, and a 4xx names the field --------------------------------------------------
-
-
-def error_of(exc: openai.APIStatusError) -> dict:
-    body = exc.response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    return body["error"]
 
 
 @pytest.mark.parametrize(

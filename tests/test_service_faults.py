@@ -8,15 +8,8 @@ import threading
 
 import httpx
 import pytest
-from test_service_server import (
-    ADMIN_TOKEN,
-    CLIENT_KEY,
-    MODEL,
-    RedisServer,
-    metric,
-    start_service_process,
-    wait_until,
-)
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, RedisServer, metric, start_service_process
+from helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_service_server import CLIENT_KEY, MODEL, metric
+from helpers.service import CLIENT_KEY, MODEL, metric
 
 pytestmark = pytest.mark.slow
 

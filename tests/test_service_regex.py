@@ -5,9 +5,8 @@ serving, reported by ``/v1/check``, and banned per request in a chat whose strea
 from __future__ import annotations
 
 import pytest
-from test_service_admin import check, unique_name
-from test_service_api import GREEDY, collect_stream
-from test_service_server import CLIENT_KEY
+from helpers.service import CLIENT_KEY
+from helpers.service_client import GREEDY, check, collect_stream, unique_name
 
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.wordlists.wordlist import wordlist_from_terms

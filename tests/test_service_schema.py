@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import schemathesis
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -15,7 +16,6 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from test_service_server import ADMIN_TOKEN, CLIENT_KEY, MODEL
 
 pytestmark = pytest.mark.slow
 

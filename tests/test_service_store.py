@@ -4,11 +4,11 @@ audit records, persistence, atomic concurrent updates; and the catalog follows t
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import redis
-from test_service_server import delete_namespace
+from helpers.service import delete_namespace
+from helpers.wait import wait_until
 
 from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
 from service.catalog import UnknownWordList, WordListCatalog
@@ -180,9 +180,7 @@ def test_catalog_follows_changes_made_by_another_replica(redis_url, redis_prefix
     catalog.start()  # long poll interval: only the pub/sub hint can make this fast
     try:
         put(writer, "pets", ["cat"])
-        deadline = time.monotonic() + 5
-        while catalog.get("pets") is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: catalog.get("pets") is not None, 5, "the catalog hearing of the new list", interval_s=0.05)
         assert catalog.resolve(["pets"])[0].version == 1
         assert metrics.wordlist_version.labels("pets")._value.get() == 1
         assert metrics.redis_up._value.get() == 1

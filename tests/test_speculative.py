@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from streams import assert_no_leak, contract
+from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.drafting import SpeculativeConfig
 from guardrail.engines.transformers.batched import BatchedDecoder

@@ -7,7 +7,7 @@ Regex terms are matched by their character-level DFA (:meth:`RegexAutomaton.scan
 backtracking engine such as Python's ``re`` is exponential on some bounded patterns (``(?:a{1,2}){1,25}b``
 takes ~55 s on 60 ``a``), which a ``/v1/check`` request could trigger with its own terms. Python's ``re``
 over the normalised text is the definition (:func:`guardrail.matching.regex_term.reference_pattern`), and the
-tests check this matcher and the token automaton against it (``tests/regex_oracle.py``).
+tests check this matcher and the token automaton against it (``tests/helpers/regex_oracle.py``).
 """
 
 from __future__ import annotations

@@ -7,11 +7,14 @@ compare two independent implementations, as they do for plain terms (pyahocorasi
 backtrack, so they are for the tests' short texts and small patterns only.
 
 Both report what the automaton reports: per end position, the earliest start of a match ending there.
+:func:`patterns` draws random patterns of the supported subset (hypothesis).
 """
 
 from __future__ import annotations
 
 import re
+
+from hypothesis import strategies as st
 
 from guardrail.matching.normalize import normalize
 from guardrail.matching.regex_term import reference_pattern
@@ -79,3 +82,24 @@ def oracle_matches(terms, text: str) -> set[tuple[str, int, int]]:
             norm = normalize(text, spec.case_sensitive)
             found |= {(spec.text, s, e) for s, e in ReferenceRegex(spec.normalized, spec.match).spans(norm)}
     return found
+
+
+# -- random patterns ---------------------------------------------------------------------------
+
+ATOMS = ["a", "b", "A", "é", "ß", " ", "-", "1", "[ab]", "[^a]", "[A-C]", "\\w", "\\W", "\\d", "\\s", ".", "\\b", "\\B"]
+
+
+@st.composite
+def patterns(draw, depth=0):
+    """Random patterns of the supported subset (may be refused: empty matches)."""
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.integers(0, 5 if depth < 2 else 2))
+        if kind <= 2:
+            parts.append(draw(st.sampled_from(ATOMS)))
+        elif kind == 3:
+            parts.append("(?:" + "|".join(draw(st.lists(patterns(depth + 1), min_size=2, max_size=3))) + ")")
+        else:
+            low = draw(st.integers(0, 2))
+            parts.append(f"(?:{draw(patterns(depth + 1))}){{{low},{low + draw(st.integers(0, 2))}}}")
+    return "".join(parts)
