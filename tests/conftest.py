@@ -8,8 +8,10 @@ The ``slow`` marker (``pytest -m "not slow"``, ``make test-fast``): a test is sl
 model. :func:`pytest_collection_modifyitems` marks every test that uses, directly or through other fixtures,
 one of :data:`MODEL_FIXTURES` (the model weights, the shared service, which loads SmolLM2, or vLLM);
 tests that load a model without such a fixture (``load_model`` in the test, a service or CLI in a
-subprocess) carry an explicit ``@pytest.mark.slow``. Tokenizers are not slow: tests that use only
-``smollm2_tokenizer``, ``gemma3_tokenizer`` or a vocab run in ``make test-fast``.
+subprocess) carry an explicit ``@pytest.mark.slow``, and so do the two modules whose brute-force vocab
+sweeps and property searches take minutes (``test_mask.py``, ``test_regex_tokens.py``). Tokenizers are not
+slow: other tests that use only ``smollm2_tokenizer``, ``gemma3_tokenizer`` or a vocab run in
+``make test-fast``.
 """
 
 import os

@@ -5,10 +5,11 @@ contains it (read as the reader sees it: ``TextMatcher`` at the same level), gre
 from __future__ import annotations
 
 import pytest
+from helpers.streams import assert_no_leak
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
-from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
@@ -18,7 +19,7 @@ from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation
 pytestmark = pytest.mark.slow
 
 LISTS = with_obfuscation([bundled_wordlist("en")], str(DEFAULT_OBFUSCATION))
-VERIFIER = TextMatcher(LISTS)
+VERIFIER = TextMatcher(LISTS)  # the same level the artefact is compiled at
 #: One form of each kind the default level claims (tests/data/obfuscation_cases.json has the full set).
 FORMS = ["f.u.c.k", "f u c k", "f-u-c-k", "f_u_c_k", "sh1t", "a$$hole", "fuuuuck", "f*ck", "fսck", "аsshole",
          "fúck", "f<b>u</b>ck", "sh&#105;t", "f**u**ck"]
@@ -40,19 +41,6 @@ def prompt(tokenizer, form: str) -> list[int]:
     return tokenizer.encode(f"Word list: {form}, {form}, {form}, {form},", add_special_tokens=False)
 
 
-def assert_released_text_is_clean(events) -> Finish:
-    released = ""
-    for event in events[:-1]:
-        assert not isinstance(event, Finish)
-        if isinstance(event, TextDelta):
-            released += event.text
-            assert VERIFIER.scan(released) == [], released
-    finish = events[-1]
-    assert isinstance(finish, Finish) and finish.text == released
-    assert VERIFIER.scan(finish.text) == [], finish.text
-    return finish
-
-
 @pytest.mark.parametrize("form", FORMS)
 def test_the_unguarded_model_repeats_the_form_and_the_guarded_one_never_shows_it(decoder, smollm2_tokenizer,
                                                                                    artefact, form):
@@ -60,7 +48,7 @@ def test_the_unguarded_model_repeats_the_form_and_the_guarded_one_never_shows_it
     unguarded = list(decoder.stream(ids, None, SamplingParams(temperature=0, max_tokens=MAX_TOKENS)))[-1]
     assert VERIFIER.scan(unguarded.text), unguarded.text
     events = list(decoder.stream(ids, artefact, SamplingParams(temperature=0, max_tokens=MAX_TOKENS)))
-    assert_released_text_is_clean(events)
+    assert_no_leak(events, LISTS)
     assert any(isinstance(event, Rollback) for event in events)
 
 
@@ -68,4 +56,4 @@ def test_the_unguarded_model_repeats_the_form_and_the_guarded_one_never_shows_it
 @pytest.mark.parametrize("form", ["f.u.c.k", "sh1t", "fսck"])
 def test_sampled_answers_never_show_the_form(decoder, smollm2_tokenizer, artefact, form, seed):
     params = SamplingParams(temperature=1.0, seed=seed, max_tokens=MAX_TOKENS)
-    assert_released_text_is_clean(list(decoder.stream(prompt(smollm2_tokenizer, form), artefact, params)))
+    assert_no_leak(list(decoder.stream(prompt(smollm2_tokenizer, form), artefact, params)), LISTS)

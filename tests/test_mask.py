@@ -17,6 +17,9 @@ from guardrail.matching.compiler import compile_artefact, compile_request_artefa
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist
 
+# Out of the quick loop (make test-fast): brute-force vocab sweeps (~100 s on the 2-core machine); make test runs it.
+pytestmark = pytest.mark.slow
+
 TERM_SETS = {
     "en+request": [bundled_wordlist("en"), WordList("request", (
         Term("listen", MatchMode.WORD), Term("talk", MatchMode.WORD), Term("fuck you", MatchMode.WORD),

@@ -28,6 +28,9 @@ from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.regex_syntax import RegexError, parse_regex
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, WordListError, bundled_wordlist
 
+# Out of the quick loop (make test-fast): property searches over both vocabs (~40 s); make test runs it.
+pytestmark = pytest.mark.slow
+
 TOKENIZERS = ["smollm2", "gemma3"]
 
 

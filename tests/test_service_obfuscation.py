@@ -6,7 +6,7 @@ term, in the final text or in any streamed prefix (docs/matching.md, "Obfuscatio
 from __future__ import annotations
 
 import pytest
-from test_service_server import CLIENT_KEY, MODEL
+from helpers.service import CLIENT_KEY, MODEL
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
