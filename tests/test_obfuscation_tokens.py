@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from guardrail.matching.artefact import ROOT_STATE
+from guardrail.matching.codec import decode_artefact, encode_artefact
 from guardrail.matching.combined import CombinedArtefact
-from guardrail.matching.compiler import compile_artefact, compile_request_artefact
+from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
+from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton
+from guardrail.matching.obfuscation_nfa import ObfuscationNfa
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation, wordlist_from_terms
@@ -127,3 +130,25 @@ def test_hold_back_costs_little_on_clean_prose(setup):
         held = b"".join(vocab.token_bytes[t] for t in matcher.tokens[matcher.releasable():])
         lags.append(len(held.decode("utf-8", "replace")))
     assert sum(lags) / len(lags) < 8, lags
+
+
+def test_a_stored_artefact_reads_the_same_forms_as_a_fresh_one(smollm2_tokenizer, smollm2_vocab):
+    """The codec stores each obfuscation stream's NFA as arrays; the artefact read back finds what the
+    compiled one finds, on every case of the set."""
+    fresh = compile_artefact(smollm2_vocab, STORED)
+    key = artefact_key(smollm2_vocab, STORED)
+    loaded = decode_artefact(encode_artefact(fresh, key, COMPILER_VERSION), smollm2_vocab, key, COMPILER_VERSION)
+    assert [a.num_nodes for a in loaded.automata if isinstance(a, ObfuscationAutomaton)]  # streams were stored
+    for case in DATA["cases"]:
+        ids = smollm2_tokenizer.encode(case["text"], add_special_tokens=False)
+        assert terms_by_tokens(loaded, ids) == terms_by_tokens(fresh, ids) == {case["term"]}, case
+
+
+def test_stored_nfa_arrays_out_of_range_are_refused(smollm2_vocab):
+    automaton = next(a for a in compile_artefact(smollm2_vocab, STORED).automata
+                     if isinstance(a, ObfuscationAutomaton))
+    arrays = automaton.nfa.to_arrays()
+    arrays["target"] = arrays["target"].copy()
+    arrays["target"][0] = len(arrays["target"]) + 5
+    with pytest.raises(ValueError, match="out of range"):
+        ObfuscationNfa.from_arrays(arrays)

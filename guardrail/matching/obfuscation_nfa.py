@@ -81,6 +81,23 @@ def term_runs(text: str, spaced: bool) -> list[tuple[str, int]]:
     return runs
 
 
+class _StoredMoves(Sequence[list[tuple[int, int]]]):
+    """``Nfa.moves`` of a stored NFA, read per state on demand (a loaded automaton visits few of its ~40k
+    states; building every state's list would be most of a warm load)."""
+
+    def __init__(self, offsets: list[int], conditions: list[int], targets: list[int]):
+        self._offsets, self._conditions, self._targets = offsets, conditions, targets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, state):
+        if isinstance(state, slice):
+            return [self[i] for i in range(*state.indices(len(self)))]
+        begin, end = self._offsets[state], self._offsets[state + 1]
+        return list(zip(self._conditions[begin:end], self._targets[begin:end], strict=True))
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Build tens of thousands of small objects without the cyclic collector scanning the process's heap in the
@@ -165,9 +182,8 @@ class ObfuscationNfa(Nfa):
             nfa.target = arrays["target"].tolist()
             nfa.accepts = arrays["accepts"].tolist()
             nfa.starts = arrays["starts"].tolist()
-            flat = list(map(tuple, moves.tolist()))
-            offsets = arrays["move_offsets"].tolist()
-            nfa.moves = [flat[offsets[i]:offsets[i + 1]] for i in range(states)]
+            nfa.moves = _StoredMoves(  # type: ignore[assignment]  # read-only: closure() only reads it
+                arrays["move_offsets"].tolist(), moves[:, 0].tolist(), moves[:, 1].tolist())
         bounds = arrays["charset_offsets"].tolist()
         ranges = [tuple(r) for r in arrays["ranges"].tolist()]
         nfa.charsets = [CharSet(tuple(ranges[bounds[i]:bounds[i + 1]])) for i in range(sets)]
