@@ -44,8 +44,14 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
+
+# The settings live with the word lists, which carry them; re-exported here beside what they mean.
+from guardrail.wordlists.obfuscation import DEFAULT_OBFUSCATION as DEFAULT_OBFUSCATION
+from guardrail.wordlists.obfuscation import OBFUSCATION_PATTERN as OBFUSCATION_PATTERN
+from guardrail.wordlists.obfuscation import OFF as OFF
+from guardrail.wordlists.obfuscation import Obfuscation as Obfuscation
+from guardrail.wordlists.obfuscation import ObfuscationLevel as ObfuscationLevel
 
 #: Terms with fewer letters keep the literal contract: two-letter forms hide in ordinary text.
 MIN_LETTERS = 3
@@ -74,65 +80,6 @@ STRETCH_MARK, STRETCH_MARK_3 = "M", "N"
 
 DATA_PATH = Path(__file__).with_name("data") / "obfuscation.json"
 
-
-class ObfuscationLevel(IntEnum):
-    """The levels, each catching what the previous one does and more (module docstring)."""
-
-    OFF = 0
-    HOMOGLYPHS = 1
-    LEET = 2
-    SPACED = 3
-    MASKED = 4
-
-
-@dataclass(frozen=True)
-class Obfuscation:
-    """An obfuscation setting: a level and the ``markup`` switch. Written ``LEVEL`` or ``LEVEL+markup``.
-
-    Example:
-        >>> Obfuscation.parse("spaced+markup")
-        Obfuscation(level=<ObfuscationLevel.SPACED: 3>, markup=True)
-        >>> str(Obfuscation.parse("off"))
-        'off'
-    """
-
-    level: ObfuscationLevel
-    markup: bool = False
-
-    #: The level names, weakest first.
-    LEVELS = tuple(level.name.lower() for level in ObfuscationLevel)
-
-    @classmethod
-    def parse(cls, text: str | Obfuscation) -> Obfuscation:
-        """Parse ``LEVEL`` or ``LEVEL+markup`` (case-insensitive, surrounding spaces ignored).
-
-        Raises:
-            ValueError: naming the bad value and the accepted ones.
-        """
-        if isinstance(text, Obfuscation):
-            return text
-        name, plus, extra = str(text).strip().lower().partition("+")
-        if name not in cls.LEVELS or (plus and extra.strip() != "markup"):
-            raise ValueError(f"invalid obfuscation {text!r}: expected one of {', '.join(cls.LEVELS)}, "
-                             "optionally followed by '+markup' (e.g. 'masked+markup')")
-        return cls(ObfuscationLevel[name.upper()], bool(plus))
-
-    def __str__(self) -> str:
-        return self.level.name.lower() + ("+markup" if self.markup else "")
-
-    @property
-    def off(self) -> bool:
-        return self.level is ObfuscationLevel.OFF
-
-
-#: An obfuscation setting as written (``LEVEL`` or ``LEVEL+markup``), for schemas and settings.
-OBFUSCATION_PATTERN = r"^(off|homoglyphs|leet|spaced|masked)(\+markup)?$"
-
-#: The level of a list, term or request that sets none: every form in the table above, markup included.
-#: Chosen from ``bench/obfuscation.py`` (docs/matching.md: catch rate 100% of the project's set but the
-#: leet forms that keep fewer than two real letters; new false positives within the issue's floors).
-DEFAULT_OBFUSCATION = Obfuscation(ObfuscationLevel.MASKED, markup=True)
-OFF = Obfuscation(ObfuscationLevel.OFF)
 
 
 @dataclass(frozen=True)

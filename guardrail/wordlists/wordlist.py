@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from guardrail.wordlists.obfuscation import Obfuscation, ObfuscationLevel
 from guardrail.wordlists.regex_syntax import REGEX_PREFIX, RegexError, parse_regex
 
 __all__ = [
@@ -190,24 +191,13 @@ def _check_text(text: str, source: str, line: int | None, what: str = "term", re
         raise WordListError(f"{what} {text!r} has no letter or digit", source, line)
 
 
-#: Obfuscation levels as written in lists and requests (docs/matching.md, "Obfuscation"). Kept here, not
-#: imported from the matching layer, which depends on this module.
-OBFUSCATION_LEVELS = ("off", "homoglyphs", "leet", "spaced", "masked")
-_OBFUSCATION_VALUES = {f"{level}{suffix}": f"{level}{suffix}" for level in OBFUSCATION_LEVELS
-                       for suffix in ("", "+markup")}
-
-
 def canonical_obfuscation(value: str) -> str:
     """``value`` as a canonical obfuscation setting (lower case, no spaces: ``masked+markup``).
 
     Raises:
-        ValueError: not ``LEVEL`` or ``LEVEL+markup`` with a level of :data:`OBFUSCATION_LEVELS`.
+        ValueError: not ``LEVEL`` or ``LEVEL+markup`` (:class:`~guardrail.wordlists.obfuscation.Obfuscation`).
     """
-    canonical = "".join(str(value).split()).lower()
-    if canonical not in _OBFUSCATION_VALUES:
-        raise ValueError(f"invalid obfuscation {value!r}: expected one of {', '.join(OBFUSCATION_LEVELS)}, "
-                         "optionally followed by '+markup' (e.g. 'masked+markup')")
-    return canonical
+    return str(Obfuscation.parse(value))
 
 
 def with_obfuscation(wordlists: Sequence[WordList], default: str | None) -> list[WordList]:
@@ -226,7 +216,8 @@ def with_obfuscation(wordlists: Sequence[WordList], default: str | None) -> list
 _OPTION_VALUES: dict[str, dict[str, object]] = {
     "match": {m.value: m for m in MatchMode},
     "case": {"sensitive": True, "insensitive": False},
-    "obfuscation": dict(_OBFUSCATION_VALUES),
+    "obfuscation": {str(Obfuscation(level, markup)): str(Obfuscation(level, markup))
+                    for level in ObfuscationLevel for markup in (False, True)},
 }
 
 # The options part starts at the last "|" that stands alone (whitespace or a line edge on both
