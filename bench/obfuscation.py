@@ -25,7 +25,8 @@ One ``TextMatcher`` is built per (list, setting) and reused; its build time is r
 - **costs** of the default setting against ``off``, both bundled tokenizers: compile of ``en`` cold and warm
   from Redis (a fresh cache, no automaton in memory), 10 fresh request terms (compile + combine + first
   transition, median), the guard per token (``TokenMatcher.push`` + ``releasable``, memo warm, p50/p99 µs)
-  and the characters held back per position on plain prose.
+  and the characters held back per position on plain prose and on chat prose (acronyms, a spelled-out
+  list, markup).
 
 Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup] [--costs-only]
 """
@@ -205,8 +206,18 @@ def versions() -> dict:
     return found
 
 
-#: Prose for the per-token costs (guard step, hold-back): plain English as a chat answer writes it, with a list,
-#: a spelled-out acronym and a little markup, none of it banned.
+#: Plain prose for the hold-back: no acronyms, no markup, no single letters.
+PLAIN_PROSE = (
+    "The committee met on Tuesday to discuss the budget for next year. After a long debate, the members agreed "
+    "to fund the new library, the bike lanes and a small park near the river. The mayor thanked everyone for "
+    "their patience and promised that the work would start in the spring. Several residents asked about the cost "
+    "of maintenance, and the treasurer explained that the city had set aside money in a separate account. "
+    "Later that evening, the local choir performed at the town hall, and many families stayed until the end. "
+    "It was, by all accounts, a pleasant and productive day for the whole community. "
+)
+#: Prose for the per-token costs (guard step, hold-back): English as a chat answer writes it, with a list, a
+#: spelled-out acronym, single letters and a little markup (what the spaced and markup views must wait on),
+#: none of it banned.
 PROSE = (
     "Thanks for the question! Here is a short plan for the week. On Monday, review the budget with the team and "
     "write down the three biggest costs. On Tuesday, call the suppliers: ask for a discount on bulk orders, and "
@@ -270,20 +281,25 @@ def bench_costs(setting: str, reps: int) -> dict:
                         artefact, compile_request_artefact(vocab, own, alongside=lists)).transition(0, 0))
                     request_ms.append(seconds * 1000)
                 # Guard per token: push + releasable over the prose, memo warm (second pass), and hold-back.
-                ids = tokenizer.encode(PROSE * 2, add_special_tokens=False)
-                step_us, held = [], []
-                for warm_pass in (False, True):
-                    matcher = TokenMatcher(artefact)
-                    for token in ids:
-                        started = time.perf_counter()
-                        hit = matcher.push(token)
-                        released = matcher.releasable()
-                        elapsed = time.perf_counter() - started
-                        assert hit is None, artefact.terms[hit.term_id].text
-                        if warm_pass:
-                            step_us.append(elapsed * 1e6)
-                            tail = b"".join(vocab.token_bytes[t] for t in matcher.tokens[released:])
-                            held.append(len(tail.decode("utf-8", "replace")))
+                step_us, held, held_plain = [], [], []
+                for text, warm_passes in ((PROSE * 2, (False, True)), (PLAIN_PROSE, (True,))):
+                    ids = tokenizer.encode(text, add_special_tokens=False)
+                    for warm_pass in warm_passes:
+                        matcher = TokenMatcher(artefact)
+                        for token in ids:
+                            started = time.perf_counter()
+                            hit = matcher.push(token)
+                            released = matcher.releasable()
+                            elapsed = time.perf_counter() - started
+                            assert hit is None, artefact.terms[hit.term_id].text
+                            if warm_pass:
+                                tail = b"".join(vocab.token_bytes[t] for t in matcher.tokens[released:])
+                                chars = len(tail.decode("utf-8", "replace"))
+                                if text is PLAIN_PROSE:
+                                    held_plain.append(chars)
+                                else:
+                                    step_us.append(elapsed * 1e6)
+                                    held.append(chars)
                 per_model[level] = {
                     "compile_cold_seconds": round(cold, 3),
                     "compile_warm_redis_seconds": round(warm, 4),
@@ -291,10 +307,13 @@ def bench_costs(setting: str, reps: int) -> dict:
                     "guard_step_us_p50": round(statistics.median(step_us), 2),
                     "guard_step_us_p99": round(sorted(step_us)[int(0.99 * (len(step_us) - 1))], 2),
                     "held_chars_mean": round(sum(held) / len(held), 3),
+                    "held_chars_mean_plain_prose": round(sum(held_plain) / len(held_plain), 3),
                 }
             base, level = per_model["off"], per_model[setting]
             per_model["ratios"] = {key: round(level[key] / base[key], 2) if base[key] else None for key in base}
-            per_model["extra_held_chars_per_position"] = round(level["held_chars_mean"] - base["held_chars_mean"], 3)
+            per_model["extra_held_chars_per_position"] = {
+                "chat_prose": round(level["held_chars_mean"] - base["held_chars_mean"], 3),
+                "plain_prose": round(level["held_chars_mean_plain_prose"] - base["held_chars_mean_plain_prose"], 3)}
             out[model] = per_model
     finally:
         client = redis.Redis.from_url(redis_url)
