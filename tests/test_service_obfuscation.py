@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.service import CLIENT_KEY, MODEL
+from helpers.service_client import check, unique_name
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
@@ -70,3 +71,24 @@ def test_a_bad_obfuscation_value_is_a_400_naming_the_field(service, path, body):
     answer = service.post(path, json=body, headers={"Authorization": f"Bearer {CLIENT_KEY}"})
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == "obfuscation"
+
+
+def test_a_stored_list_keeps_its_own_level_and_its_terms_theirs(service):
+    """The admin API takes the list's level (the ``@obfuscation`` header) and a term's; both survive a PATCH,
+    and the check endpoint reads each term at its own level, whatever the request asks for."""
+    name = unique_name()
+    created = service.admin("PUT", f"/admin/wordlists/{name}", json={
+        "terms": ["kumquat", {"text": "rambutan", "obfuscation": "spaced"}], "obfuscation": "off"})
+    assert created.status_code in (200, 201), created.text
+    patched = service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["durian"]},
+                            headers={"If-Match": created.headers["ETag"]})
+    assert patched.status_code == 200, patched.text
+    stored = service.admin("GET", f"/admin/wordlists/{name}").json()
+    assert stored["obfuscation"] == "off"
+    assert {t["text"]: t["obfuscation"] for t in stored["terms"]} == {"kumquat": None, "rambutan": "spaced",
+                                                                       "durian": None}
+    found = check(service, "k.u.m.q.u.a.t r.a.m.b.u.t.a.n d.u.r.i.a.n durian", wordlists=[name],
+                  obfuscation="masked")
+    assert [(m["term"], m["text"]) for m in found["matches"]] == [("rambutan", "r.a.m.b.u.t.a.n"),
+                                                                   ("durian", "durian")]
+    service.admin("DELETE", f"/admin/wordlists/{name}")

@@ -121,7 +121,7 @@ def _build(name: str, body: WordListIn, limit: int) -> WordList:
     except WordListError as exc:
         raise invalid_term(exc, "terms") from None
     check_compiles(wordlist, items, "terms", MAX_REGEX_DFA_STATES)
-    return WordList(name, wordlist.terms, _allow_terms(name, body.allow))
+    return WordList(name, wordlist.terms, _allow_terms(name, body.allow), body.obfuscation)
 
 
 def _summary(runtime: Runtime, stored: StoredWordList) -> WordListSummary:

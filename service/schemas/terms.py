@@ -33,10 +33,11 @@ class TermIn(BaseModel):
                        description="The term, or re:PATTERN for a regular expression (docs/wordlists.md).")
     match: MatchMode | None = None
     case_sensitive: bool = False
+    obfuscation: ObfuscationSetting | None = None
 
     def to_term(self) -> Term:
         text, regex = split_regex_prefix(self.text.strip())
-        return Term(text, self.match or default_match_mode(text), self.case_sensitive, regex)
+        return Term(text, self.match or default_match_mode(text), self.case_sensitive, regex, self.obfuscation)
 
 
 TermText = Annotated[Text, Field(min_length=1, max_length=MAX_TERM_CHARS)]

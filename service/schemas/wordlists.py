@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardrail.wordlists.wordlist import MatchMode, written_term
-from service.schemas.terms import TermItem, TermText
+from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.stores.store import AuditRecord, StoredWordList
 
 
@@ -16,8 +16,11 @@ class WordListIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    terms: list[TermItem] = Field(description="Banned terms: strings or {text, match, case_sensitive}.")
+    terms: list[TermItem] = Field(description="Banned terms: strings or {text, match, case_sensitive, obfuscation}.")
     allow: list[TermText] = Field(default_factory=list, description="Allow-terms (docs/wordlists.md).")
+    obfuscation: ObfuscationSetting | None = Field(
+        None, description="The list's obfuscation level (the @obfuscation header; docs/matching.md); omitted = "
+        "the request's or the server's.")
 
 
 class WordListPatch(BaseModel):
@@ -34,6 +37,7 @@ class TermOut(BaseModel):
     text: str = Field(description="As written in a request: re:PATTERN for a regex term (a body can be sent back).")
     match: MatchMode
     case_sensitive: bool
+    obfuscation: str | None = Field(None, description="The term's own obfuscation level, if it sets one.")
 
 
 class WordListOut(BaseModel):
@@ -43,6 +47,7 @@ class WordListOut(BaseModel):
     updated_at: float = Field(description="Unix time of the change, seconds.")
     terms: list[TermOut]
     allow: list[str]
+    obfuscation: str | None = Field(None, description="The list's obfuscation level, if it sets one.")
 
     @classmethod
     def of(cls, stored: StoredWordList) -> WordListOut:
@@ -52,8 +57,10 @@ class WordListOut(BaseModel):
             version=stored.version,
             etag=stored.etag,
             updated_at=stored.updated_at,
-            terms=[TermOut(text=written_term(t), match=t.match, case_sensitive=t.case_sensitive) for t in wl.terms],
+            terms=[TermOut(text=written_term(t), match=t.match, case_sensitive=t.case_sensitive,
+                           obfuscation=t.obfuscation) for t in wl.terms],
             allow=list(wl.allow),
+            obfuscation=wl.obfuscation,
         )
 
 

@@ -162,7 +162,7 @@ def patched(current: StoredWordList, add: Iterable[str | Term], remove: Sequence
     kept = [t for t in current.wordlist.terms if not any(_same_term(t, r) for r in remove)]
     seen = set(kept)
     merged = kept + [t for t in additions if t not in seen]
-    new = WordList(current.wordlist.name, tuple(merged), current.wordlist.allow)
+    new = WordList(current.wordlist.name, tuple(merged), current.wordlist.allow, current.wordlist.obfuscation)
     return replacement(current, new, "update")
 
 
