@@ -131,14 +131,7 @@ class ObfuscationNfa(Nfa):
     """
 
     def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool):  # noqa: D107 - Nfa's attributes
-        self.charsets: list[CharSet] = []
-        self._charset_ids: dict[CharSet, int] = {}
-        self.consumes: list[int] = []
-        self.target: list[int] = []
-        self.moves: list[list[tuple[int, int]]] = []
-        self.accepts: list[int] = []
-        self.starts: list[int] = []
-        self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._start_empty()
         #: The stretch mark moves threads without counting as a character (``RegexAutomaton``).
         self.uncounted = _charset(STRETCH_MARK + STRETCH_MARK_3) if spaced else None
         with gc_paused():

@@ -119,14 +119,7 @@ class Nfa:
     """
 
     def __init__(self, patterns: Sequence[tuple[str, MatchMode]]):
-        self.charsets: list[CharSet] = []
-        self._charset_ids: dict[CharSet, int] = {}
-        self.consumes: list[int] = []
-        self.target: list[int] = []
-        self.moves: list[list[tuple[int, int]]] = []
-        self.accepts: list[int] = []
-        self.starts: list[int] = []
-        self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._start_empty()
         for term, (normalized, match) in enumerate(patterns):
             items = parse_regex(normalized)
             size = unrolled_size(items) + 3
@@ -142,6 +135,17 @@ class Nfa:
                 cur = self._move(cur, EDGE)
             self.accepts[cur] = term
             self.starts.append(start)
+
+    def _start_empty(self) -> None:
+        """No state yet (what a builder of another NFA calls first: ``ObfuscationNfa``)."""
+        self.charsets: list[CharSet] = []
+        self._charset_ids: dict[CharSet, int] = {}
+        self.consumes: list[int] = []
+        self.target: list[int] = []
+        self.moves: list[list[tuple[int, int]]] = []
+        self.accepts: list[int] = []
+        self.starts: list[int] = []
+        self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     @property
     def num_states(self) -> int:
