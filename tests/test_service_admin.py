@@ -56,10 +56,11 @@ def test_put_creates_then_replaces_with_versions_and_etags(service):
     read = service.admin("GET", f"/admin/wordlists/{name}")
     assert read.headers["ETag"] == '"v2"'
     assert read.json()["terms"] == [
-        {"text": "kumquat", "match": "word", "case_sensitive": False},
-        {"text": "Durian", "match": "prefix", "case_sensitive": True},
+        {"text": "kumquat", "match": "word", "case_sensitive": False, "obfuscation": None},
+        {"text": "Durian", "match": "prefix", "case_sensitive": True, "obfuscation": None},
     ]
     assert read.json()["allow"] == ["kumquats"]
+    assert read.json()["obfuscation"] is None  # the request's or the server's level applies
     listed = {w["name"]: w for w in service.admin("GET", "/admin/wordlists").json()["data"]}
     assert listed[name]["version"] == 2 and listed["en"]["default"] is True
 

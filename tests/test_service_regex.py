@@ -22,9 +22,9 @@ def test_admin_stores_reads_and_removes_regex_terms(service):
         "terms": [SORRY, {"text": "re:P[a4]r[i1]s", "case_sensitive": True}, "\\re:literal"]})
     assert put.status_code == 201, put.text
     read = service.admin("GET", f"/admin/wordlists/{name}").json()["terms"]
-    assert read == [{"text": SORRY, "match": "word", "case_sensitive": False},
-                    {"text": "re:P[a4]r[i1]s", "match": "word", "case_sensitive": True},
-                    {"text": "\\re:literal", "match": "word", "case_sensitive": False}]
+    assert read == [{"text": SORRY, "match": "word", "case_sensitive": False, "obfuscation": None},
+                    {"text": "re:P[a4]r[i1]s", "match": "word", "case_sensitive": True, "obfuscation": None},
+                    {"text": "\\re:literal", "match": "word", "case_sensitive": False, "obfuscation": None}]
     # What GET returns can be sent back as it is.
     assert service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": read}).status_code == 200
     found = check(service, "So S0RRY about P4ris, paris and re:literal.", wordlists=[name])
