@@ -36,7 +36,7 @@ pytest_plugins = ["helpers.service_fixtures"]
 
 # Fixtures that load model weights (see the module's docstring): a test using any of them is marked slow.
 # driver and run_plain_vllm: the vLLM engine on SmolLM2, in this process or another (tests/vllm_engine/).
-MODEL_FIXTURES = frozenset({"smollm2_model", "gemma3_model", "service", "openai_client", "driver", "run_plain_vllm"})
+MODEL_FIXTURES = frozenset({"smollm2_model", "smollm2_decoder", "gemma3_model", "service", "openai_client", "driver", "run_plain_vllm"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,6 +79,16 @@ def tok(smollm2_tokenizer):
 def smollm2_model():
     """SmolLM2-135M-Instruct, float32, eval mode. Tests using it are slow (marked at collection)."""
     return load_model("smollm2")
+
+
+@pytest.fixture(scope="module")
+def smollm2_decoder(smollm2_model, smollm2_tokenizer):
+    """The rollback decoder on SmolLM2 with the model's generation EOS ids (one per test module, as each
+    module's decoder always was: it keeps no state between streams, but a module owns its own)."""
+    from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
+
+    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
+    return StreamingDecoder(smollm2_model, smollm2_tokenizer, vocab)
 
 
 @pytest.fixture(scope="session")

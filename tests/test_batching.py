@@ -29,9 +29,8 @@ MARGIN = 6  # tokens past the point where the unguarded answer says its term (as
 
 
 @pytest.fixture(scope="module")
-def decoder(smollm2_model, smollm2_tokenizer):
-    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
-    return StreamingDecoder(smollm2_model, smollm2_tokenizer, vocab)
+def decoder(smollm2_decoder):
+    return smollm2_decoder
 
 
 @pytest.fixture(scope="module")

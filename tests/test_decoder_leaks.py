@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.textmatch import TextMatcher
-from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 
@@ -34,9 +32,8 @@ def case_id(case):
 
 
 @pytest.fixture(scope="module")
-def decoder(smollm2_model, smollm2_tokenizer):
-    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
-    return StreamingDecoder(smollm2_model, smollm2_tokenizer, vocab)
+def decoder(smollm2_decoder):
+    return smollm2_decoder
 
 
 @pytest.fixture(scope="module")

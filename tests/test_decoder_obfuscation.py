@@ -7,13 +7,11 @@ from __future__ import annotations
 import pytest
 from helpers.streams import assert_no_leak
 
-from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
-from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation
 
 pytestmark = pytest.mark.slow
@@ -27,9 +25,8 @@ MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def decoder(smollm2_model, smollm2_tokenizer):
-    vocab = TokenVocab.from_tokenizer(smollm2_tokenizer, eos_ids=generation_eos_ids(smollm2_model))
-    return StreamingDecoder(smollm2_model, smollm2_tokenizer, vocab)
+def decoder(smollm2_decoder):
+    return smollm2_decoder
 
 
 @pytest.fixture(scope="module")
