@@ -50,7 +50,7 @@ import torch  # noqa: E402
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
 from guardrail.engines.transformers.kv_cache import KVCache  # noqa: E402
-from guardrail.engines.transformers.sampling import BanMask, SamplingParams  # noqa: E402
+from guardrail.engines.transformers.sampling import BanMask  # noqa: E402
 from guardrail.guard.events import Finish, Rollback, TextDelta  # noqa: E402
 from guardrail.guard.session import KEEP  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
@@ -59,6 +59,7 @@ from guardrail.matching.term_spec import flatten  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
 

@@ -39,11 +39,11 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from guardrail.engines.transformers.decoder import StreamingDecoder  # noqa: E402
-from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
 from guardrail.guard.events import Finish, TextDelta  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
 

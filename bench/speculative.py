@@ -38,11 +38,11 @@ from guardrail.engines.drafting import SpeculativeConfig  # noqa: E402
 from guardrail.engines.transformers.batch_cache import BatchKVCache, Prefill  # noqa: E402
 from guardrail.engines.transformers.batched import BatchedDecoder  # noqa: E402
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids  # noqa: E402
-from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
 from guardrail.guard.events import Finish, Rollback  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
 

@@ -41,9 +41,9 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from transformers import AutoTokenizer  # noqa: E402
 
-from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
 from guardrail.engines.vllm.driver import DEFAULT_BLOCK_SIZE, VLLMDriver  # noqa: E402
 from guardrail.guard.events import Finish  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
 
 PROMPTS = ["Name three fruits.", "Count from one to five.", "What is two plus two?",

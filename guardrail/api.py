@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
 from guardrail.guard.events import Completion, Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.selection import select_wordlists
 from guardrail.wordlists.wordlist import WordList, with_obfuscation

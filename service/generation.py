@@ -21,8 +21,8 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta, Usage
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
 from service.errors import ApiError, documented_errors, error_body

@@ -20,7 +20,6 @@ from transformers.utils import logging as transformers_logging
 from guardrail.engines.drafting import SpeculativeConfig
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
@@ -28,6 +27,7 @@ from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_model, load_tokenizer
+from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist, with_obfuscation
 from service.catalog import WordListCatalog
 from service.metrics import ServiceMetrics

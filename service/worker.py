@@ -20,8 +20,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event, Finish, Rollback, TextDelta
+from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList
 from service.metrics import ServiceMetrics
 

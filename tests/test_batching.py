@@ -14,10 +14,10 @@ from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 

@@ -16,13 +16,13 @@ from helpers.streams import assert_no_leak
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.evasion_forms import find_evasions
 from guardrail.matching.term_spec import flatten
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import MatchMode, Term, wordlist_from_terms
 

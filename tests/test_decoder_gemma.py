@@ -6,11 +6,11 @@ import torch
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 

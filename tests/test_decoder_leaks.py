@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, TextDelta
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.textmatch import TextMatcher
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from helpers.streams import assert_no_leak
 
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
+from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation
 
 pytestmark = pytest.mark.slow

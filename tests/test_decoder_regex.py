@@ -12,13 +12,13 @@ import pytest
 from helpers.regex_oracle import oracle_matches
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.normalize import normalize_with_offsets
 from guardrail.matching.term_spec import flatten
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 

@@ -19,9 +19,10 @@ from transformers.generation.logits_process import (
 )
 
 from guardrail.api import sampling_params
-from guardrail.engines.transformers.sampling import SamplingParams, TokenPicker, build_processors, build_warpers
+from guardrail.engines.transformers.sampling import TokenPicker, build_processors, build_warpers
 from guardrail.guard.bans import PositionBans
 from guardrail.guard.holdback import TextBuffer
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 
 # -- SamplingParams ------------------------------------------------------------------------------------

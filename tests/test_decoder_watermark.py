@@ -4,11 +4,11 @@ generation went through rollbacks; the same generation without the watermark is 
 import pytest
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.transformers.watermark import DEFAULT_Z_THRESHOLD, detect_watermark
 from guardrail.guard.events import Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 

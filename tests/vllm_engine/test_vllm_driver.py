@@ -11,9 +11,9 @@ import pytest
 # Not plain "vllm": without vLLM installed, this very directory would import as a namespace package.
 pytest.importorskip("vllm.v1.sample.logits_processor")
 
-from guardrail.engines.transformers.sampling import SamplingParams  # noqa: E402
 from guardrail.guard.events import Finish, Rollback, TextDelta  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -61,9 +61,9 @@ from guardrail.engines.transformers.prefix_cache import (
     CachedPrefix,
     PrefixCache,
 )
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.guard.events import Event, Finish, TextDelta, Usage
 from guardrail.matching.combined import ArtefactLike
+from guardrail.params import SamplingParams
 
 log = logging.getLogger("guardrail.engines.transformers.batched")
 

@@ -45,17 +45,12 @@ from guardrail.engines.drafting import (
     draft_width,
 )
 from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
-from guardrail.engines.transformers.sampling import (
-    BanMask,
-    SamplingParams,
-    TokenPicker,
-    build_processors,
-    build_warpers,
-)
+from guardrail.engines.transformers.sampling import BanMask, TokenPicker, build_processors, build_warpers
 from guardrail.guard.events import Event, FinishReason
 from guardrail.guard.session import FINISH, KEEP, GuardSession
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 
 
 def generation_eos_ids(model) -> set[int]:

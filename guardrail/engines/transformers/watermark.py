@@ -20,8 +20,8 @@ import torch
 from transformers import WatermarkDetector, WatermarkingConfig
 from transformers.generation.logits_process import WatermarkLogitsProcessor
 
-#: transformers' default key (the millionth prime). A deployment should pass its own secret key.
-DEFAULT_HASHING_KEY = 15485863
+from guardrail.params import DEFAULT_HASHING_KEY
+
 #: z-score above which text counts as watermarked (the paper uses 4.0: a false-positive rate of ~3e-5).
 DEFAULT_Z_THRESHOLD = 4.0
 

@@ -34,12 +34,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from guardrail.engines.transformers.sampling import SamplingParams
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 
 if TYPE_CHECKING:
     from guardrail.matching.cache import ArtefactCache
