@@ -25,18 +25,15 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import start_service  # noqa: E402
 
 from guardrail.engines.transformers.decoder import StreamingDecoder  # noqa: E402
 from guardrail.guard.events import Finish, TextDelta  # noqa: E402
@@ -47,7 +44,6 @@ from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.prompts import prompt_ids  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2"
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -94,36 +90,6 @@ class Decoder:
                 tokens = event.usage.completion_tokens
         seconds = time.perf_counter() - started
         return {"ttft_s": first, "tokens_per_s": tokens / seconds, "tokens": tokens, "seconds": seconds}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_service(data_dir: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_") or k == "GUARDRAIL_CACHE_DIR"}
-    env.update({"GUARDRAIL_DATA_DIR": data_dir, "GUARDRAIL_MAX_QUEUE": "16", "GUARDRAIL_LOG_LEVEL": "WARNING"})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the service exited with {process.returncode}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise SystemExit("the service did not become ready in 300 s")
 
 
 async def one_stream(client: httpx.AsyncClient, base: str, max_tokens: int, index: int) -> dict[str, float]:
