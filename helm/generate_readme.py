@@ -112,7 +112,7 @@ def render() -> str:
     page = TEMPLATE.read_text(encoding="utf-8")
     page = page.replace("{{ values_table }}", values_table(VALUES.read_text(encoding="utf-8")))
     for field in ("name", "version", "appVersion", "description", "kubeVersion", "home"):
-        page = page.replace("{{ chart.%s }}" % field, str(chart.get(field, "")).strip())
+        page = page.replace("{{ chart." + field + " }}", str(chart.get(field, "")).strip())
     return page
 
 
