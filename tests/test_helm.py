@@ -803,6 +803,17 @@ def test_hpa_scales_the_deployment_on_cpu_and_queue_depth(production_manifests):
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
 
 
+def test_hpa_custom_metrics_are_service_metrics(tools):
+    """The pods metrics the HPA asks prometheus-adapter for are gauges the service exports (docs/metrics.md)."""
+    manifests = render(tools, sets=("redis.enabled=true", "autoscaling.enabled=true", "autoscaling.queueDepth.enabled=true",
+                                    "autoscaling.inflightRequests.enabled=true"))
+    names = [m["pods"]["metric"]["name"] for m in only(manifests, "HorizontalPodAutoscaler")["spec"]["metrics"]
+             if m["type"] == "Pods"]
+    assert names == ["guardrail_queue_depth", "guardrail_inflight_requests"]
+    documented = (ROOT / "docs" / "metrics.md").read_text()
+    for name in names:
+        assert f"| `{name}` | gauge |" in documented, name
+
 def test_pdb_service_and_servicemonitor_select_the_guardrail_pods(production_manifests):
     pod_labels = only(production_manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     redis_labels = only(production_manifests, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
