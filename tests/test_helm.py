@@ -346,6 +346,8 @@ PENDING_SETTINGS = {"GUARDRAIL_DRAIN_TIMEOUT_S", "GUARDRAIL_UPSTREAM_URL", "GUAR
 OTHER_SERVICE_VARIABLES = {"GUARDRAIL_WORDLISTS_DIR"}
 # Settings the chart fills from elsewhere than `guardrail.*`: the volumes, the Secrets, the store mode.
 NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key"}
+# Settings of the gateway (engine=remote) only, rendered in that mode alone (the gateway tests below).
+REMOTE_ONLY = {"upstream_url", "tokenizer"}
 # Settings whose value under `guardrail` is not the camelCase of the field's name.
 VALUE_NAMES = {"wordlists": "defaultWordlists"}
 SCHEMA_BOUNDS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Gt: ("exclusiveMinimum", "gt"),
@@ -375,14 +377,16 @@ def test_every_service_setting_is_rendered_and_defaults_to_the_services_default(
     env = env_of(default_manifests)
     rendered = {name for name in env if name.startswith("GUARDRAIL_")}
     fields = {f"GUARDRAIL_{name.upper()}" for name in Settings.model_fields}
-    # The Redis URL only with a Redis (tests below); the vLLM engine arguments only when some are set (next test).
-    assert fields - {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS"} <= rendered
+    # The Redis URL only with a Redis (tests below); the vLLM engine arguments only when some are set (next test);
+    # the gateway's settings only with engine=remote.
+    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS"} | {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
+    assert fields - conditional <= rendered
     assert rendered - fields <= PENDING_SETTINGS | OTHER_SERVICE_VARIABLES
     # The rendered strings parse under the service's own validation (no 1.6777216e+07 for an int), and a
     # release with the default values runs the service's defaults.
     chart = settings_from(env, monkeypatch)
     service = settings_from({}, monkeypatch)
-    differ = {name for name in Settings.model_fields if name not in NOT_GUARDRAIL_VALUES
+    differ = {name for name in Settings.model_fields if name not in NOT_GUARDRAIL_VALUES | REMOTE_ONLY
               and getattr(chart, name) != getattr(service, name)}
     assert not differ, {name: (getattr(chart, name), getattr(service, name)) for name in differ}
 
@@ -394,7 +398,7 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
     defaults = settings_from({}, monkeypatch)
     chosen: dict[str, object] = {}
     for name, field in Settings.model_fields.items():
-        if name in NOT_GUARDRAIL_VALUES:
+        if name in NOT_GUARDRAIL_VALUES | REMOTE_ONLY:
             continue
         default = getattr(defaults, name)
         bounds = {kind: getattr(m, attr) for m in field.metadata for kind, (_, attr) in SCHEMA_BOUNDS.items()
@@ -408,7 +412,7 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
     chosen |= {"model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
                "wordlists": ["en", "de"], "redis_prefix": "tenant-a:", "evasion_guard": "edit",
                "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432}
-    missing = set(Settings.model_fields) - NOT_GUARDRAIL_VALUES - set(chosen)
+    missing = set(Settings.model_fields) - NOT_GUARDRAIL_VALUES - REMOTE_ONLY - set(chosen)
     assert not missing, f"no test value for {missing}"
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump({"guardrail": {value_name(name): value for name, value in chosen.items()}}))
@@ -633,6 +637,18 @@ def test_gateway_example_guards_a_vllm_deployment_without_weights_in_the_pod(gat
     assert pod["terminationGracePeriodSeconds"] == 5 + 300 + 10
 
 
+def test_gateway_settings_parse_where_the_service_has_the_remote_engine(gateway_manifests, monkeypatch):
+    """Once service/settings.py knows engine=remote (issue 20, another branch), it reads the gateway's variables."""
+    from service.settings import Settings
+
+    engines = typing.get_args(Settings.model_fields["engine"].annotation)
+    if "remote" not in engines:
+        pytest.skip(f"service/settings.py has no remote engine yet ({engines}); the variables are checked above")
+    settings = settings_from(env_of(gateway_manifests), monkeypatch)
+    assert (settings.engine, settings.upstream_url, settings.tokenizer) == (
+        "remote", "http://vllm-router-service.vllm.svc:80", "meta-llama/Llama-3.1-8B-Instruct")
+
+
 def test_gateway_example_scales_on_inflight_requests(gateway_manifests):
     hpa = only(gateway_manifests, "HorizontalPodAutoscaler")
     (metric,) = hpa["spec"]["metrics"]  # no CPU metric: the gateway waits on the upstream
@@ -702,7 +718,7 @@ def test_readme_is_generated_from_the_values_comments():
     result = subprocess.run([sys.executable, str(ROOT / "helm" / "generate_readme.py"), "--check"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert "| guardrail.requestTimeoutS | int | `120` |" in (CHART / "README.md").read_text()
+    assert "| guardrail.requestTimeoutS | float | `120.0` |" in (CHART / "README.md").read_text()
 
 
 def test_every_value_is_documented():
