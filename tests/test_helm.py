@@ -8,14 +8,18 @@ schemas in ``helm/schemas/``.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
+import annotated_types
 import jsonschema
 import pytest
 import yaml
@@ -23,6 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "guardrail"
 PRODUCTION_VALUES = ROOT / "helm" / "tests" / "values-production.yaml"
+GATEWAY_VALUES = ROOT / "helm" / "examples" / "values-gateway-vllm.yaml"
+HELM_TEST_SCRIPT = CHART / "files" / "helm_test.py"
 ALERT_TESTS = ROOT / "helm" / "tests" / "alerts_test.yaml"
 ALERTS = CHART / "files" / "alerts.yaml"
 DASHBOARD = CHART / "files" / "dashboards" / "guardrail.json"
@@ -36,7 +42,9 @@ NAMESPACE = "guardrail"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate knows.
 KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
-DEFAULT_KINDS = {"ServiceAccount", "Secret", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"}
+# "Pod" is the `helm test` pod (templates/tests/).
+DEFAULT_KINDS = {"ServiceAccount", "Secret", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
+                 "Pod"}
 PRODUCTION_KINDS = DEFAULT_KINDS | {"StatefulSet", "HorizontalPodAutoscaler", "Ingress"} | CRD_KINDS
 # What a cluster with the Prometheus Operator reports (helm template has no cluster to ask).
 OPERATOR_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
@@ -87,10 +95,10 @@ def render(tools: dict[str, str], *values: str, sets: tuple[str, ...] = (),
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def render_error(tools: dict[str, str], *sets: str) -> str:
-    """stderr of a ``helm template`` that must fail (on a cluster with the Prometheus Operator)."""
+def render_error(tools: dict[str, str], *sets: str, api_versions: tuple[str, ...] = OPERATOR_APIS) -> str:
+    """stderr of a ``helm template`` that must fail (by default on a cluster with the Prometheus Operator)."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
-    for api in OPERATOR_APIS:
+    for api in api_versions:
         args += ["--api-versions", api]
     for pair in sets:
         args += ["--set", pair]
@@ -115,6 +123,15 @@ def only(manifests: list[dict], kind: str, name_suffix: str = "") -> dict:
     return found[0]
 
 
+def container_of(manifests: list[dict]) -> dict:
+    return only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(manifests: list[dict]) -> dict[str, str | None]:
+    """The guardrail container's environment: name -> value (None for variables taken from a Secret)."""
+    return {e["name"]: e.get("value") for e in container_of(manifests)["env"]}
+
+
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
@@ -122,21 +139,36 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 # -- lint, kinds, schemas --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values", [(), (str(PRODUCTION_VALUES),)], ids=["default", "production"])
+@pytest.mark.parametrize("values", [(), (str(PRODUCTION_VALUES),), (str(GATEWAY_VALUES),)],
+                         ids=["default", "production", "gateway"])
 def test_chart_passes_helm_lint_strict(tools, values):
-    args = ["lint", "--strict", str(CHART)]
+    # lint knows no cluster: skipCapabilityCheck makes it render the operator objects instead of stopping at
+    # the capability check (which lint reports as a mere INFO "funcMap fail").
+    args = ["lint", "--strict", str(CHART), "--set", "metrics.skipCapabilityCheck=true"]
     for path in values:
         args += ["--values", path]
     result = helm(tools, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
+    assert "funcMap fail" not in result.stdout + result.stderr
 
 
-def test_operator_objects_render_only_where_the_cluster_has_their_crds(tools):
-    without = render(tools, str(PRODUCTION_VALUES), api_versions=())
-    assert {m["kind"] for m in without} == PRODUCTION_KINDS - CRD_KINDS
-    only_monitor = render(tools, str(PRODUCTION_VALUES), api_versions=OPERATOR_APIS[:1])
-    assert {m["kind"] for m in only_monitor} & CRD_KINDS == {"ServiceMonitor"}
+@pytest.mark.parametrize(("kind", "key"), [("ServiceMonitor", "serviceMonitor"), ("PrometheusRule", "prometheusRule")])
+def test_operator_objects_fail_with_a_message_where_the_cluster_lacks_their_crds(tools, kind, key):
+    enabled = f"metrics.{key}.enabled=true"
+    message = render_error(tools, enabled, api_versions=())
+    assert f"metrics.{key}.enabled is true but the cluster does not serve monitoring.coreos.com/v1/{kind}" in message
+    assert "metrics.skipCapabilityCheck=true" in message
+    # The other operator kind being served is not enough.
+    other = [api for api in OPERATOR_APIS if not api.endswith(kind)]
+    assert kind in render_error(tools, enabled, api_versions=tuple(other))
+    # Off: nothing is asked of the cluster.
+    assert not CRD_KINDS & {m["kind"] for m in render(tools, api_versions=())}
+
+
+def test_skip_capability_check_renders_the_operator_objects_without_the_api(tools):
+    manifests = render(tools, str(PRODUCTION_VALUES), sets=("metrics.skipCapabilityCheck=true",), api_versions=())
+    assert {m["kind"] for m in manifests} == PRODUCTION_KINDS
 
 
 def test_the_ingress_routes_its_hosts_to_the_service(production_manifests):
@@ -209,6 +241,13 @@ def test_values_schema_rejects_a_bad_value_and_names_it(tools):
     assert "logLevel" in render_error(tools, "guardrail.logLevel=loud")
     assert "replicaCount" in render_error(tools, "replicaCount=-1")
     assert "unknownKey" in render_error(tools, "unknownKey=1")
+    assert "maxQueue" in render_error(tools, "guardrail.maxQueue=-1")
+    assert "requestTimeoutS" in render_error(tools, "guardrail.requestTimeoutS=0")
+    assert "speculativeTokens" in render_error(tools, "guardrail.speculativeTokens=17")
+    assert "maxListTerms" in render_error(tools, "guardrail.maxListTerms=100001")
+    assert "evasionGuard" in render_error(tools, "guardrail.evasionGuard=fuzzy")
+    # The service allows an empty queue (every generation beyond the running ones gets 429): so does the chart.
+    assert env_of(render(tools, sets=("guardrail.maxQueue=0",)))["GUARDRAIL_MAX_QUEUE"] == "0"
 
 
 # -- the guardrail Deployment ------------------------------------------------------------------------------
@@ -258,10 +297,6 @@ def test_deployment_takes_settings_and_secrets_from_values(production_manifests)
 
 
 def test_engine_batch_and_vllm_args_reach_the_container(tools, default_manifests):
-    def env_of(manifests):
-        container = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-        return {e["name"]: e.get("value") for e in container["env"]}
-
     default = env_of(default_manifests)
     assert default["GUARDRAIL_ENGINE"] == "transformers" and default["GUARDRAIL_MAX_BATCH"] == "8"
     assert "GUARDRAIL_VLLM_ENGINE_ARGS" not in default
@@ -299,6 +334,409 @@ def test_conflicting_store_settings_are_refused(tools):
     assert "externalRedis.existingSecret" in render_error(
         tools, "auth.existingSecret=mine", "externalRedis.url=redis://shared:6379/0"
     )
+
+
+# -- service settings as values --------------------------------------------------------------------------------
+
+# Settings the chart renders that service/settings.py does not define yet: the drain (issue 22 item 2) and
+# the gateway engine (issue 20 item 2) add them on other branches. Once they land they are ordinary settings;
+# until then nothing else may be unknown.
+PENDING_SETTINGS = {"GUARDRAIL_DRAIN_TIMEOUT_S", "GUARDRAIL_UPSTREAM_URL", "GUARDRAIL_TOKENIZER"}
+# Read by the word-list loader (guardrail/wordlists/wordlist.py), not a Settings field.
+OTHER_SERVICE_VARIABLES = {"GUARDRAIL_WORDLISTS_DIR"}
+# Settings the chart fills from elsewhere than `guardrail.*`: the volumes, the Secrets, the store mode.
+NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key"}
+# Settings of the gateway (engine=remote) only, rendered in that mode alone (the gateway tests below).
+REMOTE_ONLY = {"upstream_url", "tokenizer"}
+# Settings whose value under `guardrail` is not the camelCase of the field's name.
+VALUE_NAMES = {"wordlists": "defaultWordlists"}
+SCHEMA_BOUNDS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Gt: ("exclusiveMinimum", "gt"),
+                 annotated_types.Le: ("maximum", "le"), annotated_types.Lt: ("exclusiveMaximum", "lt")}
+
+
+def value_name(field: str) -> str:
+    head, *rest = field.split("_")
+    return VALUE_NAMES.get(field, head + "".join(part.capitalize() for part in rest))
+
+
+def settings_from(env: dict[str, str | None], monkeypatch):
+    """service.settings.Settings as the service would read it from the container's plain variables."""
+    from service.settings import Settings
+
+    for name in [name for name in os.environ if name.startswith("GUARDRAIL_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("GUARDRAIL_") and value is not None:
+            monkeypatch.setenv(name, value)
+    return Settings()
+
+
+def test_every_service_setting_is_rendered_and_defaults_to_the_services_default(default_manifests, monkeypatch):
+    from service.settings import Settings
+
+    env = env_of(default_manifests)
+    rendered = {name for name in env if name.startswith("GUARDRAIL_")}
+    fields = {f"GUARDRAIL_{name.upper()}" for name in Settings.model_fields}
+    # The Redis URL only with a Redis (tests below); the vLLM engine arguments only when some are set (next test);
+    # the gateway's settings only with engine=remote.
+    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS"} | {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
+    assert fields - conditional <= rendered
+    assert rendered - fields <= PENDING_SETTINGS | OTHER_SERVICE_VARIABLES
+    # The rendered strings parse under the service's own validation (no 1.6777216e+07 for an int), and a
+    # release with the default values runs the service's defaults.
+    chart = settings_from(env, monkeypatch)
+    service = settings_from({}, monkeypatch)
+    differ = {name for name in Settings.model_fields if name not in NOT_GUARDRAIL_VALUES | REMOTE_ONLY
+              and getattr(chart, name) != getattr(service, name)}
+    assert not differ, {name: (getattr(chart, name), getattr(service, name)) for name in differ}
+
+
+def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch):
+    """Each setting set to a value other than its default through `guardrail.*` arrives as that value."""
+    from service.settings import Settings
+
+    defaults = settings_from({}, monkeypatch)
+    chosen: dict[str, object] = {}
+    for name, field in Settings.model_fields.items():
+        if name in NOT_GUARDRAIL_VALUES | REMOTE_ONLY:
+            continue
+        default = getattr(defaults, name)
+        bounds = {kind: getattr(m, attr) for m in field.metadata for kind, (_, attr) in SCHEMA_BOUNDS.items()
+                  if isinstance(m, kind)}
+        if isinstance(default, bool):
+            chosen[name] = not default
+        elif isinstance(default, int):
+            chosen[name] = default + 3 if default + 3 <= bounds.get(annotated_types.Le, default + 3) else default - 3
+        elif isinstance(default, float):
+            chosen[name] = default * 2 + 0.25
+    chosen |= {"model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
+               "wordlists": ["en", "de"], "redis_prefix": "tenant-a:", "evasion_guard": "edit",
+               "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432}
+    missing = set(Settings.model_fields) - NOT_GUARDRAIL_VALUES - REMOTE_ONLY - set(chosen)
+    assert not missing, f"no test value for {missing}"
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"guardrail": {value_name(name): value for name, value in chosen.items()}}))
+    manifests = render(tools, str(path))
+    settings = settings_from(env_of(manifests), monkeypatch)
+    expected = {name: value.upper() if name == "log_level" else value for name, value in chosen.items()}
+    assert {name: getattr(settings, name) for name in chosen} == expected
+    # A fractional request timeout (240.25 s) rounds the grace period up to whole seconds.
+    assert settings.request_timeout_s == 240.25
+    assert only(manifests, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 5 + 241 + 10
+
+
+def test_values_schema_holds_the_services_limits():
+    from guardrail.guard.escalation import EVASION_GUARD_MODES
+    from guardrail.matching.obfuscation import OBFUSCATION_PATTERN
+    from service.settings import Settings
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    values = schema["guardrail"]["properties"]
+    for name, field in Settings.model_fields.items():
+        if field.annotation not in (int, float):
+            continue
+        prop = schema["auth"]["properties"]["watermarkKey"] if name == "watermark_key" else values[value_name(name)]
+        expected = {key: getattr(m, attr) for m in field.metadata for kind, (key, attr) in SCHEMA_BOUNDS.items()
+                    if isinstance(m, kind)}
+        bounds = {key: prop[key] for key, _ in SCHEMA_BOUNDS.values() if key in prop}
+        assert bounds == expected, name
+        kind = "integer" if field.annotation is int else "number"
+        assert prop["type"] in (kind, [kind, "null"]), name
+    assert values["evasionGuard"]["enum"] == list(EVASION_GUARD_MODES)
+    assert values["obfuscation"]["pattern"] == OBFUSCATION_PATTERN
+    assert set(typing.get_args(Settings.model_fields["engine"].annotation)) <= set(values["engine"]["enum"])
+    assert values["redisPrefix"]["minLength"] == 1
+
+
+def test_watermark_key_comes_from_the_secret(tools):
+    manifests = render(tools, sets=("auth.watermarkKey=424242",))
+    env = {e["name"]: e for e in container_of(manifests)["env"]}
+    ref = env["GUARDRAIL_WATERMARK_KEY"]["valueFrom"]["secretKeyRef"]
+    secret = only(manifests, "Secret", "-auth")
+    assert ref["name"] == secret["metadata"]["name"]
+    assert base64.b64decode(secret["data"][ref["key"]]) == b"424242"
+    assert "watermark-key" not in only(render(tools), "Secret", "-auth")["data"]  # unset: the service's default
+
+
+# -- extension points, probes, shutdown ---------------------------------------------------------------------------
+
+
+def kubernetes_validate(tools: dict[str, str], tmp_path: Path, manifests: list[dict], version: str) -> None:
+    builtin = [m for m in manifests if m["kind"] not in CRD_KINDS]
+    path = tmp_path / f"manifests-{version}.yaml"
+    path.write_text(yaml.safe_dump_all(builtin, sort_keys=False), encoding="utf-8")
+    result = subprocess.run([tools["kubernetes-validate"], "--strict", "-k", version, str(path)],
+                            capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "ERROR" not in output and "WARN" not in output, output
+
+
+def test_extension_points_reach_the_pod(tools, tmp_path):
+    values = {
+        "command": ["/opt/venv/bin/guardrail", "serve"],
+        "args": ["--host", "0.0.0.0", "--port", "8000"],
+        "envFrom": [{"secretRef": {"name": "hf-token"}}],
+        "extraVolumes": [{"name": "corp-ca", "secret": {"secretName": "corp-ca"}}],
+        "extraVolumeMounts": [{"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True}],
+        "initContainers": [{"name": "wait-for-upstream", "image": "busybox:1.36", "command": ["true"]}],
+        "extraContainers": [{"name": "auth-proxy", "image": "oauth2-proxy:7", "ports": [{"containerPort": 4180}]}],
+        "podAnnotations": {"example.com/owner": "chat-platform"},
+        "podLabels": {"tier": "guard"},
+        "deploymentAnnotations": {"example.com/reloader": "true"},
+        "runtimeClassName": "gvisor",
+        "guardrail": {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]},
+        "probes": {
+            "liveness": {"httpGet": None, "exec": {"command": ["python", "-c", "print(1)"]}, "periodSeconds": 20},
+            "readiness": {"enabled": False},
+            "startup": {"failureThreshold": 120, "initialDelaySeconds": 10},
+        },
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    manifests = render(tools, str(path))
+    deployment = only(manifests, "Deployment")
+    pod = deployment["spec"]["template"]
+    container = container_of(manifests)
+    assert container["command"] == values["command"] and container["args"] == values["args"]
+    assert container["envFrom"] == values["envFrom"]
+    assert container["env"][-1] == {"name": "HTTPS_PROXY", "value": "http://proxy:3128"}
+    assert values["extraVolumeMounts"][0] in container["volumeMounts"]
+    assert values["extraVolumes"][0] in pod["spec"]["volumes"]
+    assert pod["spec"]["initContainers"] == values["initContainers"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["guardrail", "auth-proxy"]
+    assert pod["metadata"]["labels"]["tier"] == "guard"
+    assert selects(deployment["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
+    assert pod["metadata"]["annotations"]["example.com/owner"] == "chat-platform"
+    assert deployment["metadata"]["annotations"] == values["deploymentAnnotations"]
+    assert pod["spec"]["runtimeClassName"] == "gvisor"
+    assert container["livenessProbe"] == {"exec": {"command": ["python", "-c", "print(1)"]}, "periodSeconds": 20,
+                                          "failureThreshold": 3, "timeoutSeconds": 3}
+    assert "readinessProbe" not in container
+    startup = container["startupProbe"]
+    assert (startup["failureThreshold"], startup["initialDelaySeconds"]) == (120, 10)
+    assert startup["httpGet"] == {"path": "/healthz", "port": "http"}
+    kubernetes_validate(tools, tmp_path, manifests, KUBERNETES_VERSIONS[0])
+
+
+@pytest.mark.parametrize(
+    ("sets", "grace"),
+    [
+        ((), 5 + 120 + 10),  # preStop sleep + request timeout (= drain timeout) + margin
+        (("guardrail.requestTimeoutS=300",), 5 + 300 + 10),
+        (("guardrail.drainTimeoutS=600",), 5 + 600 + 10),
+        (("guardrail.requestTimeoutS=90", "guardrail.drainTimeoutS=30"), 5 + 90 + 10),
+        (("preStopSleepSeconds=0", "drainMarginSeconds=2"), 0 + 120 + 2),
+        (("terminationGracePeriodSeconds=42",), 42),  # an explicit value wins
+    ],
+)
+def test_grace_period_covers_the_longest_stream_after_the_prestop_sleep(tools, sets, grace):
+    manifests = render(tools, sets=sets)
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    env = env_of(manifests)
+    assert grace >= float(env["GUARDRAIL_REQUEST_TIMEOUT_S"]) or "terminationGracePeriodSeconds=42" in sets
+    sleep = container_of(manifests).get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    assert sleep == (0 if "preStopSleepSeconds=0" in sets else 5)
+    if sleep == 0:
+        assert "lifecycle" not in container_of(manifests)
+
+
+def test_resources_default_to_the_engines_preset(tools, default_manifests):
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert container_of(default_manifests)["resources"] == values["resourcePresets"]["transformers"]
+    own = render(tools, sets=("resources.requests.cpu=3", "resources.limits.memory=8Gi"))
+    assert container_of(own)["resources"] == {"requests": {"cpu": 3}, "limits": {"memory": "8Gi"}}
+
+
+def test_autoscaling_without_any_metric_is_refused(tools):
+    error = render_error(tools, "redis.enabled=true", "autoscaling.enabled=true",
+                         "autoscaling.targetCPUUtilizationPercentage=null")
+    assert "autoscaling needs a metric" in error
+
+
+# -- helm test -------------------------------------------------------------------------------------------------------
+
+
+def test_helm_test_pod_runs_the_check_script_against_the_service(production_manifests):
+    pods = [m for m in production_manifests if m["kind"] == "Pod"]
+    assert len(pods) == 1
+    (pod,) = pods
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"][:2] == ["python", "-c"]
+    assert container["command"][2] == HELM_TEST_SCRIPT.read_text(encoding="utf-8")
+    assert container["image"] == container_of(production_manifests)["image"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in container["env"]}
+    service = only(production_manifests, "Service", "-guardrail")
+    assert env["GUARDRAIL_URL"]["value"] == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert env["GUARDRAIL_WORDLISTS"]["value"] == "en,de,fr"
+    assert env["GUARDRAIL_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == only(production_manifests, "Secret", "-guardrail-auth")["metadata"]["name"]
+    # The Service must not route clients to the test pod, and a restrictive NetworkPolicy must admit it.
+    labels = pod["metadata"]["labels"]
+    assert not selects(service["spec"]["selector"], labels)
+    (rule,) = only(production_manifests, "NetworkPolicy", "-guardrail")["spec"]["ingress"]
+    assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"-": "-"}), labels) for peer in rule["from"])
+
+
+@pytest.mark.slow
+def test_helm_test_script_passes_against_a_live_service_and_names_what_fails(service):
+    from helpers.service import CLIENT_KEY
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        variables = {"PATH": os.environ["PATH"], "GUARDRAIL_URL": service.base_url, **env}
+        return subprocess.run([sys.executable, str(HELM_TEST_SCRIPT)], env=variables, capture_output=True,
+                              text=True, timeout=120)
+
+    default_lists = ",".join(service.runtime.settings.wordlists)
+    passed = run(GUARDRAIL_WORDLISTS=default_lists, GUARDRAIL_API_KEYS=CLIENT_KEY)
+    assert passed.returncode == 0, passed.stderr
+    assert passed.stdout.startswith("ok:")
+    wrong_lists = run(GUARDRAIL_WORDLISTS=default_lists + ",de", GUARDRAIL_API_KEYS=CLIENT_KEY)
+    assert wrong_lists.returncode == 1 and "expected the default lists" in wrong_lists.stderr
+    no_key = run(GUARDRAIL_WORDLISTS=default_lists)
+    assert no_key.returncode == 1 and "POST /v1/check: 401" in no_key.stderr
+
+
+# -- gateway mode (engine=remote) ------------------------------------------------------------------------------------
+
+EMBEDDED_ENGINE_SETTINGS = {"GUARDRAIL_MAX_BATCH", "GUARDRAIL_PREFILL_CHUNK", "GUARDRAIL_PREFIX_CACHE_MB",
+                            "GUARDRAIL_SPECULATIVE_TOKENS", "GUARDRAIL_VLLM_ENGINE_ARGS"}
+
+
+def quantity(text: str | int) -> float:
+    """A Kubernetes quantity (the forms the chart uses: m, Ki, Mi, Gi or none) as a number."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    match = re.fullmatch(r"([0-9.]+)(m|Ki|Mi|Gi)?", str(text))
+    assert match, text
+    return float(match.group(1)) * units.get(match.group(2) or "", 1)
+
+
+@pytest.fixture(scope="module")
+def gateway_manifests(tools) -> list[dict]:
+    return render(tools, str(GATEWAY_VALUES))
+
+
+def test_gateway_example_guards_a_vllm_deployment_without_weights_in_the_pod(gateway_manifests, default_manifests):
+    env = env_of(gateway_manifests)
+    assert env["GUARDRAIL_ENGINE"] == "remote"
+    assert env["GUARDRAIL_UPSTREAM_URL"] == "http://vllm-router-service.vllm.svc:80"
+    assert env["GUARDRAIL_TOKENIZER"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert env["HF_HUB_OFFLINE"] == "0"  # tokenizer.download
+    assert not EMBEDDED_ENGINE_SETTINGS & env.keys()
+    pod = only(gateway_manifests, "Deployment")["spec"]["template"]["spec"]
+    assert {v["name"] for v in pod["volumes"]} == {"tmp", "cache", "data", "wordlists"}  # no model volume
+    assert "initContainers" not in pod
+    container = container_of(gateway_manifests)
+    assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    small, embedded = container["resources"], container_of(default_manifests)["resources"]
+    for kind in ("requests", "limits"):
+        assert quantity(small[kind]["memory"]) < quantity(embedded[kind]["memory"]) / 2
+    assert quantity(small["requests"]["cpu"]) < quantity(embedded["requests"]["cpu"])
+    assert pod["terminationGracePeriodSeconds"] == 5 + 300 + 10
+
+
+def test_gateway_settings_parse_where_the_service_has_the_remote_engine(gateway_manifests, monkeypatch):
+    """Once service/settings.py knows engine=remote (issue 20, another branch), it reads the gateway's variables."""
+    from service.settings import Settings
+
+    engines = typing.get_args(Settings.model_fields["engine"].annotation)
+    if "remote" not in engines:
+        pytest.skip(f"service/settings.py has no remote engine yet ({engines}); the variables are checked above")
+    settings = settings_from(env_of(gateway_manifests), monkeypatch)
+    assert (settings.engine, settings.upstream_url, settings.tokenizer) == (
+        "remote", "http://vllm-router-service.vllm.svc:80", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_gateway_example_scales_on_inflight_requests(gateway_manifests):
+    hpa = only(gateway_manifests, "HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]  # no CPU metric: the gateway waits on the upstream
+    assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] == "guardrail_inflight_requests"
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "24"}
+
+
+def test_gateway_example_egress_reaches_the_upstream_and_the_hub_only(gateway_manifests):
+    egress = only(gateway_manifests, "NetworkPolicy", "-guardrail")["spec"]["egress"]
+    open_ports = [rule["ports"] for rule in egress if "to" not in rule]
+    assert {"port": 443, "protocol": "TCP"} in [port for ports in open_ports for port in ports]  # the hub
+    assert not [ports for ports in open_ports if {"port": 80, "protocol": "TCP"} in ports]  # extraEgress replaces it
+    upstream = [rule for rule in egress if rule.get("to", [{}])[0].get("namespaceSelector")]
+    assert upstream and upstream[0]["ports"] == [{"port": 80, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("kubernetes_version", KUBERNETES_VERSIONS)
+def test_gateway_example_passes_kubernetes_validate_strict(tools, tmp_path, gateway_manifests, kubernetes_version):
+    kubernetes_validate(tools, tmp_path, gateway_manifests, kubernetes_version)
+
+
+GATEWAY = ("guardrail.engine=remote", "redis.enabled=true")
+
+
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [("http://vllm.models.svc:8000", 8000), ("https://vllm.example.com/v1", 443), ("http://vllm", 80)],
+)
+def test_gateway_egress_opens_the_upstream_port(tools, url, port):
+    manifests = render(tools, sets=(*GATEWAY, f"guardrail.upstream.url={url}", "guardrail.tokenizer.name=smollm2"))
+    egress = only(manifests, "NetworkPolicy", "-guardrail")["spec"]["egress"]
+    assert {"ports": [{"port": port, "protocol": "TCP"}]} in egress
+    assert env_of(manifests)["HF_HUB_OFFLINE"] == "1"
+
+
+def test_gateway_tokenizer_from_a_volume(tools):
+    manifests = render(tools, sets=(*GATEWAY, "guardrail.upstream.url=http://vllm:8000",
+                                    "guardrail.tokenizer.volume.persistentVolumeClaim.claimName=llama-tokenizer",
+                                    "guardrail.tokenizer.subPath=Llama-3.1-8B-Instruct"))
+    container = container_of(manifests)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tokenizer")
+    assert mount == {"name": "tokenizer", "mountPath": "/etc/guardrail/tokenizer", "readOnly": True,
+                     "subPath": "Llama-3.1-8B-Instruct"}
+    assert env_of(manifests)["GUARDRAIL_TOKENIZER"] == mount["mountPath"]
+    volume = next(v for v in only(manifests, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "tokenizer")
+    assert volume["persistentVolumeClaim"] == {"claimName": "llama-tokenizer"}
+
+
+def test_gateway_without_upstream_or_tokenizer_is_refused(tools):
+    assert "guardrail.upstream.url" in render_error(tools, "guardrail.engine=remote", "guardrail.tokenizer.name=smollm2")
+    assert "guardrail.tokenizer" in render_error(tools, "guardrail.engine=remote", "guardrail.upstream.url=http://vllm:8000")
+    assert "upstream" in render_error(tools, "guardrail.engine=remote", "guardrail.upstream.url=vllm:8000",
+                                      "guardrail.tokenizer.name=smollm2")  # the schema wants a URL
+
+
+# -- chart metadata and README -----------------------------------------------------------------------------------------
+
+
+def test_chart_yaml_names_home_and_sources():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["home"].startswith("https://")
+    assert chart["sources"] and all(source.startswith("https://") for source in chart["sources"])
+
+
+def test_readme_is_generated_from_the_values_comments():
+    result = subprocess.run([sys.executable, str(ROOT / "helm" / "generate_readme.py"), "--check"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "| guardrail.requestTimeoutS | float | `120.0` |" in (CHART / "README.md").read_text()
+
+
+def test_every_value_is_documented():
+    sys.path.insert(0, str(ROOT / "helm"))
+    try:
+        import generate_readme
+    finally:
+        sys.path.pop(0)
+    text = (CHART / "values.yaml").read_text()
+    documented = {item.path for item in generate_readme.documented_keys(text)}
+
+    def leaves(node: object, path: str) -> list[str]:
+        if isinstance(node, dict) and node and path not in documented:
+            return [leaf for key, value in node.items() for leaf in leaves(value, f"{path}.{key}" if path else key)]
+        return [path]
+
+    undocumented = [leaf for leaf in leaves(yaml.safe_load(text), "") if leaf not in documented]
+    assert not undocumented, f"values without a '# --' comment: {undocumented}"
 
 
 # -- Redis ---------------------------------------------------------------------------------------------------
@@ -380,6 +818,17 @@ def test_hpa_scales_the_deployment_on_cpu_and_queue_depth(production_manifests):
     assert metrics["Pods"]["pods"]["metric"]["name"] == "guardrail_queue_depth"
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
 
+
+def test_hpa_custom_metrics_are_service_metrics(tools):
+    """The pods metrics the HPA asks prometheus-adapter for are gauges the service exports (docs/metrics.md)."""
+    manifests = render(tools, sets=("redis.enabled=true", "autoscaling.enabled=true", "autoscaling.queueDepth.enabled=true",
+                                    "autoscaling.inflightRequests.enabled=true"))
+    names = [m["pods"]["metric"]["name"] for m in only(manifests, "HorizontalPodAutoscaler")["spec"]["metrics"]
+             if m["type"] == "Pods"]
+    assert names == ["guardrail_queue_depth", "guardrail_inflight_requests"]
+    documented = (ROOT / "docs" / "metrics.md").read_text()
+    for name in names:
+        assert f"| `{name}` | gauge |" in documented, name
 
 def test_pdb_service_and_servicemonitor_select_the_guardrail_pods(production_manifests):
     pod_labels = only(production_manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]

@@ -97,3 +97,116 @@ Arguments: (list $ secretName key length).
 {{- randAlphaNum (index . 3) }}
 {{- end }}
 {{- end }}
+
+{{/* The container's resources: `resources` when set, else the preset of the engine. */}}
+{{- define "guardrail.resources" -}}
+{{- if .Values.resources }}
+{{- toYaml .Values.resources }}
+{{- else }}
+{{- toYaml (index .Values.resourcePresets .Values.guardrail.engine) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod's grace period: the preStop sleep, then the longest a stream may still run after SIGTERM (the
+request timeout bounds every generation, the drain timeout bounds the drain), then a margin for the last
+error events and the exit. Kubernetes counts the preStop hook inside the grace period.
+*/}}
+{{- define "guardrail.terminationGracePeriodSeconds" -}}
+{{- if not (kindIs "invalid" .Values.terminationGracePeriodSeconds) }}
+{{- .Values.terminationGracePeriodSeconds | int64 }}
+{{- else }}
+{{- $longest := max (ceil .Values.guardrail.requestTimeoutS | int64) (ceil .Values.guardrail.drainTimeoutS | int64) }}
+{{- add .Values.preStopSleepSeconds $longest .Values.drainMarginSeconds | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* GUARDRAIL_TOKENIZER for engine=remote: tokenizer.name, else where tokenizer.volume is mounted. */}}
+{{- define "guardrail.tokenizer" -}}
+{{- $tokenizer := .Values.guardrail.tokenizer }}
+{{- if $tokenizer.name }}
+{{- if and $tokenizer.volume (not (hasPrefix "/" $tokenizer.name)) }}
+{{- fail "guardrail.tokenizer.name must be a directory (under guardrail.tokenizer.mountPath) when guardrail.tokenizer.volume is set" }}
+{{- end }}
+{{- $tokenizer.name }}
+{{- else if $tokenizer.volume }}
+{{- $tokenizer.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/*
+The upstream's TCP port for engine=remote (from guardrail.upstream.url: its port, else 80 or 443 by
+scheme), for the egress NetworkPolicy.
+*/}}
+{{- define "guardrail.upstreamPort" -}}
+{{- $url := urlParse .Values.guardrail.upstream.url }}
+{{- $hostPort := splitList ":" $url.host }}
+{{- if gt (len $hostPort) 1 }}
+{{- last $hostPort }}
+{{- else if eq $url.scheme "https" }}443
+{{- else }}80
+{{- end }}
+{{- end }}
+
+{{/*
+The service's settings as GUARDRAIL_* variables (service/settings.py), one per value under `guardrail`.
+Integers go through int64 so that large ones are not written in float notation (16777216, not 1.6777216e+07).
+The embedded engines' own settings are left out with engine=remote, which has no model in the pod.
+*/}}
+{{- define "guardrail.settingsEnv" -}}
+{{- $g := .Values.guardrail }}
+{{- $remote := eq $g.engine "remote" }}
+{{- $settings := list
+  (list "GUARDRAIL_MODEL" $g.model)
+  (list "GUARDRAIL_ENGINE" $g.engine)
+  (list "GUARDRAIL_WORDLISTS" (join "," $g.defaultWordlists))
+  (list "GUARDRAIL_MAX_CONCURRENT" ($g.maxConcurrent | int64))
+  (list "GUARDRAIL_MAX_QUEUE" ($g.maxQueue | int64))
+  (list "GUARDRAIL_RETRY_AFTER_S" ($g.retryAfterS | int64))
+  (list "GUARDRAIL_REQUEST_TIMEOUT_S" $g.requestTimeoutS)
+  (list "GUARDRAIL_DRAIN_TIMEOUT_S" $g.drainTimeoutS)
+  (list "GUARDRAIL_DEFAULT_MAX_TOKENS" ($g.defaultMaxTokens | int64))
+  (list "GUARDRAIL_MAX_TOKENS_LIMIT" ($g.maxTokensLimit | int64))
+  (list "GUARDRAIL_MAX_N" ($g.maxN | int64))
+  (list "GUARDRAIL_MAX_REQUEST_TERMS" ($g.maxRequestTerms | int64))
+  (list "GUARDRAIL_MAX_LIST_TERMS" ($g.maxListTerms | int64))
+  (list "GUARDRAIL_MAX_BODY_BYTES" ($g.maxBodyBytes | int64))
+  (list "GUARDRAIL_MAX_ROLLBACKS" ($g.maxRollbacks | int64))
+  (list "GUARDRAIL_MAX_ROLLBACKS_PER_POSITION" ($g.maxRollbacksPerPosition | int64))
+  (list "GUARDRAIL_EVASION_GUARD" $g.evasionGuard)
+  (list "GUARDRAIL_OBFUSCATION" $g.obfuscation)
+  (list "GUARDRAIL_REDIS_PREFIX" $g.redisPrefix)
+  (list "GUARDRAIL_REDIS_TIMEOUT_S" $g.redisTimeoutS)
+  (list "GUARDRAIL_VERSION_POLL_INTERVAL_S" $g.versionPollIntervalS)
+  (list "GUARDRAIL_AUDIT_MAX_RECORDS" ($g.auditMaxRecords | int64))
+  (list "GUARDRAIL_LOG_LEVEL" $g.logLevel)
+  (list "GUARDRAIL_DEBUG_LOG_PROMPTS" $g.debugLogPrompts)
+}}
+{{- if $remote }}
+{{- $settings = concat $settings (list
+  (list "GUARDRAIL_UPSTREAM_URL" $g.upstream.url)
+  (list "GUARDRAIL_TOKENIZER" (include "guardrail.tokenizer" .))
+) }}
+{{- else }}
+{{- $settings = concat $settings (list
+  (list "GUARDRAIL_MAX_BATCH" ($g.maxBatch | int64))
+  (list "GUARDRAIL_PREFILL_CHUNK" ($g.prefillChunk | int64))
+  (list "GUARDRAIL_PREFIX_CACHE_MB" ($g.prefixCacheMb | int64))
+  (list "GUARDRAIL_SPECULATIVE_TOKENS" ($g.speculativeTokens | int64))
+) }}
+{{- if $g.vllmEngineArgs }}
+{{- $settings = append $settings (list "GUARDRAIL_VLLM_ENGINE_ARGS" (toJson $g.vllmEngineArgs)) }}
+{{- end }}
+{{- end }}
+{{- range $settings }}
+- name: {{ index . 0 }}
+  value: {{ index . 1 | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Selector of the `helm test` pod (admitted by the guardrail NetworkPolicy). */}}
+{{- define "guardrail.tests.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "guardrail.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}
