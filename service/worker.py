@@ -238,7 +238,8 @@ class GenerationWorker:
         return all(thread.is_alive() for thread in self._threads)
 
     def stalled(self, limit_s: float) -> list[Stall]:
-        """Threads busy for more than ``limit_s`` seconds without a decoder event (a stuck decoder or batch loop)."""
+        """Threads busy for more than ``limit_s`` seconds without a decoder event while no other thread had
+        one (a stuck decoder, batch loop or thread; :meth:`Heartbeats.stalled`)."""
         return self.heartbeats.stalled(limit_s)
 
     def close_admission(self) -> None:

@@ -94,6 +94,19 @@ def test_a_busy_thread_without_progress_is_stalled_and_an_idle_one_never_is():
     assert late == ["w0"]
 
 
+def test_a_silent_thread_is_not_stalled_while_another_makes_progress():
+    """A request waiting inside the engine behind running generations is not stuck."""
+    beats = Heartbeats()
+    beats.busy("waiting")
+    beats.busy("running")
+    later = time.monotonic() + 100.0
+    assert {s.thread for s in beats.stalled(10.0, now=later)} == {"waiting", "running"}
+    beats.beat("running")
+    assert beats.stalled(10.0, now=time.monotonic() + 5.0) == []
+    # Once nothing progresses for the limit, both are stalled.
+    assert {s.thread for s in beats.stalled(10.0, now=later)} == {"waiting", "running"}
+
+
 def test_the_worker_reports_a_thread_blocked_in_its_decoder_and_forgets_it_once_it_finishes():
     gate = Gate()
     worker = make_worker(gate, threads=1)
