@@ -21,9 +21,10 @@ NOT_READY = ("draining", "unavailable", "overloaded")
             responses={503: {"description": "A worker thread is stuck or an engine thread ended: restart me"}})
 async def healthz(request: Request) -> JSONResponse:
     """200 while the process can make progress; 503 when a worker thread has been busy without a decoder
-    event for more than ``GUARDRAIL_WORKER_STALL_TIMEOUT_S`` (default: the request time limit plus 30 s),
-    or an engine or worker thread ended. ``async`` on purpose: it answers from the event loop, never
-    waits for a thread-pool slot, and reads only counters (no lock held for long, no I/O)."""
+    event for more than ``GUARDRAIL_WORKER_STALL_TIMEOUT_S`` (default: the request time limit plus 30 s)
+    while no other thread had one (:meth:`service.heartbeat.Heartbeats.stalled`), or an engine or worker
+    thread ended. ``async`` on purpose: it answers from the event loop, never waits for a thread-pool slot,
+    and reads only counters (no lock held for long, no I/O)."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:  # not started yet (uvicorn accepts connections only after the lifespan; tests)
         return JSONResponse({"status": "ok"})
