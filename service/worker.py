@@ -35,6 +35,7 @@ log = logging.getLogger("guardrail.service.worker")
 
 StreamFactory = Callable[[Sequence[int], tuple[WordList, ...], SamplingParams, threading.Event], Iterator[Event]]
 
+
 class QueueFull(Exception):
     """No room in the queue; ``retry_after_s`` is a hint for the client."""
 
