@@ -104,6 +104,7 @@ def test_sigterm_under_8_streams_ends_every_stream_with_done_within_the_drain_ti
         ready = server.get("/readyz")
         assert ready.status_code == 200, ready.text  # 8 running, none waiting: under the threshold
         assert ready.json()["checks"]["worker"]["running"] == STREAMS
+        assert server.get("/healthz").json() == {"status": "ok"}  # busy threads making progress
 
         queued = QueuedRequest(server.base_url)
         queued.start()
@@ -122,6 +123,7 @@ def test_sigterm_under_8_streams_ends_every_stream_with_done_within_the_drain_ti
         assert refused.json()["error"]["code"] == "server_shutting_down"
         assert refused.headers["Retry-After"] == "1"
         assert metric(server.metrics(), "guardrail_draining") == 1
+        assert server.get("/healthz").status_code == 200  # draining is not a liveness failure
 
         deadline_s = DRAIN_TIMEOUT_S + EXIT_MARGIN_S
         wait_until(lambda: not alive(), deadline_s, "process exit after SIGTERM")
