@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 import guardrail
+from service.drain import Drain
 from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None, model=settings.model)
+    app.state.drain = Drain(settings.drain_timeout_s, app.state.metrics)  # run by guardrail serve on SIGTERM
     install_error_handlers(app)
     default_openapi = app.openapi
 

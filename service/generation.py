@@ -29,9 +29,20 @@ from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
-from service.worker import ChoiceEvent, GenerationFailed, GenerationRejected, GenerationRequest, Job, QueueFull
+from service.worker import (
+    ChoiceEvent,
+    GenerationFailed,
+    GenerationRejected,
+    GenerationRequest,
+    Job,
+    NotAdmitting,
+    QueueFull,
+    ServerShuttingDown,
+)
 
 SSE_DONE = "data: [DONE]\n\n"
+#: ``error.code`` of a request refused or ended because the process drains (503).
+SHUTTING_DOWN = "server_shutting_down"
 #: The error answers of both generation routes (OpenAPI ``responses``); 400 is added for every route.
 GENERATION_ERRORS = documented_errors(
     e401="Missing or unknown API key (when GUARDRAIL_API_KEYS is set).",
@@ -39,6 +50,8 @@ GENERATION_ERRORS = documented_errors(
     e413="Body or request terms beyond the server's limits.",
     e429="The generation queue is full: retry after Retry-After seconds.",
     e500="The generation failed.",
+    e503="The server is shutting down (code server_shutting_down): retry after Retry-After seconds, "
+         "another replica answers.",
 )
 T = TypeVar("T")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -252,12 +265,19 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
 
 
 def submit(runtime: Runtime, prepared: Prepared) -> Job:
-    """Queue the request. Raises ApiError 429 with ``Retry-After`` when the queue is full."""
+    """Queue the request. Raises ApiError 429 with ``Retry-After`` when the queue is full, 503 with
+    ``Retry-After`` while the process drains."""
     try:
         return runtime.worker.submit(prepared.generation, runtime.settings.request_timeout_s)
     except QueueFull as exc:
         raise ApiError(429, "The server is busy: too many generations queued. Retry later.",
                        code="queue_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
+    except NotAdmitting as exc:
+        raise _shutting_down(str(exc).capitalize() + ". Retry the request.", exc.retry_after_s) from None
+
+
+def _shutting_down(message: str, retry_after_s: int) -> ApiError:
+    return ApiError(503, message, code=SHUTTING_DOWN, headers={"Retry-After": str(retry_after_s)})
 
 
 async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
@@ -308,6 +328,8 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
         finishes = await _while_connected(_finishes(first, events), job, request)
     except GenerationRejected as exc:
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
+    except ServerShuttingDown as exc:
+        raise _shutting_down(str(exc), runtime.settings.retry_after_s) from None
     except GenerationFailed as exc:
         raise ApiError(500, str(exc), code="generation_failed") from None
     finally:
@@ -333,8 +355,8 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
     """The SSE body: chunks of released text, one finish chunk per choice, optional usage, [DONE].
 
     A failure after the stream started becomes an ``error`` event (OpenAI's error body) followed by
-    ``[DONE]``. When the client disconnects, Starlette cancels this generator and ``finally`` stops
-    the generation.
+    ``[DONE]``; so does the drain deadline (status 503, code ``server_shutting_down``). When the client
+    disconnects, Starlette cancels this generator and ``finally`` stops the generation.
     """
     total = UsageTotal()
     opened: set[int] = set()
@@ -359,6 +381,8 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
                     yield sse_event(shape.finish_chunk(completion, index, event.reason))
             if prepared.include_usage:
                 yield sse_event(shape.usage_chunk(completion, total.to_dict()))
+        except ServerShuttingDown as exc:
+            yield sse_event(error_body(str(exc), status=503, code=SHUTTING_DOWN))
         except (GenerationFailed, GenerationRejected) as exc:
             yield sse_event(error_body(str(exc), status=500, code="generation_failed"))
         yield SSE_DONE

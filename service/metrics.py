@@ -159,6 +159,14 @@ class ServiceMetrics:
         self.queue_depth = Gauge(
             "guardrail_queue_depth", "Generation requests waiting for the model worker.", registry=r
         )
+        self.draining = Gauge(
+            "guardrail_draining", "1 while the process drains (SIGTERM: admission stopped), else 0.", registry=r
+        )
+        self.generations_aborted = Counter(
+            "guardrail_generations_aborted",
+            "Generations ended with an error because the drain deadline passed (GUARDRAIL_DRAIN_TIMEOUT_S).",
+            registry=r,
+        )
         self.inflight_requests = Gauge(
             "guardrail_inflight_requests", "Requests being processed.", registry=r
         )

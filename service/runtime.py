@@ -144,6 +144,17 @@ class Runtime:
         self.catalog.stop()
         self.store.close()
 
+    def engine_problem(self) -> str | None:
+        """Why this process cannot generate now (an engine or worker thread ended), or None (``/readyz``,
+        ``/healthz``)."""
+        if self.driver is not None and not self.driver.alive:
+            return "the vLLM engine loop is not running"
+        if self.batched is not None and not self.batched.alive:
+            return "the batch decoding loop is not running"
+        if not self.worker.alive():
+            return "a generation worker thread is not running"
+        return None
+
     def _stream(self, prompt_ids: Sequence[int], wordlists: tuple[WordList, ...], params: SamplingParams,
                 cancel: threading.Event) -> Iterator[Event]:
         """The decoder stream of one choice (runs on a worker thread); no lists = no guard.

@@ -22,6 +22,9 @@ from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_HASHING_KEY
 from guardrail.wordlists.wordlist import MAX_TERMS
 
+#: Seconds past a request's own time limit before a silent generation is declared failed (service/worker.py).
+WATCHDOG_GRACE_S = 30.0
+
 
 def _split_csv(value: object) -> object:
     """Accept ``"a, b"`` as well as a JSON array or a Python list for list-valued settings."""
@@ -92,6 +95,18 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 429, seconds.")
     request_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one generation.")
 
+    # -- health and drain (docs/service.md, "Health, readiness and drain") ------------------------
+    ready_queue_fraction: float = Field(
+        1.0, gt=0, le=1, description="/readyz answers 503 while the generations waiting for the model fill this "
+        "fraction of max_queue (rounded up, at least 1); 1.0 = only when the queue is full and the next request "
+        "would get 429. With max_queue=0: while every worker thread is busy.")
+    worker_stall_timeout_s: float | None = Field(
+        None, gt=0, description="/healthz answers 503 when a worker thread has been busy this long without "
+        "progress (no decoder event), seconds; unset = request_timeout_s + 30.")
+    drain_timeout_s: float = Field(
+        120.0, ge=0, description="On SIGTERM (guardrail serve): how long running generations may go on before "
+        "they are ended with an error event, seconds. Pod grace period must exceed it.")
+
     # -- request limits ---------------------------------------------------------------------------
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
     max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask for.")
@@ -121,6 +136,13 @@ class Settings(BaseSettings):
     debug_log_prompts: bool = Field(
         False, description="Log prompt and completion text (off: logs never contain user text)."
     )
+
+    @property
+    def worker_stall_limit_s(self) -> float:
+        """``worker_stall_timeout_s``, or the request time limit plus the worker's watchdog grace, seconds."""
+        if self.worker_stall_timeout_s is not None:
+            return self.worker_stall_timeout_s
+        return self.request_timeout_s + WATCHDOG_GRACE_S
 
     @field_validator("wordlists", "api_keys", mode="before")
     @classmethod

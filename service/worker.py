@@ -6,7 +6,10 @@ The event loop never runs the model. A route turns a request into a :class:`Gene
 produces them. Setting ``job.cancel`` (the client went away) stops the decoder at its next step.
 Every job ends: with its events, a :class:`GenerationRejected` (the decoder refused the parameters
 before any work: a client error), a :class:`GenerationFailed` (the decoder raised, or produced nothing
-for longer than the request's time limit), or silently after a cancel.
+for longer than the request's time limit), a :class:`ServerShuttingDown` (the drain deadline passed:
+:meth:`GenerationWorker.abort_all`), or silently after a cancel.
+
+Every busy thread publishes its progress in :attr:`GenerationWorker.heartbeats` (``/healthz`` reads it).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -23,14 +27,13 @@ from dataclasses import dataclass, field, replace
 from guardrail.guard.events import Event, Finish, Rollback, TextDelta
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList
+from service.heartbeat import Heartbeats, Stall
 from service.metrics import ServiceMetrics
+from service.settings import WATCHDOG_GRACE_S
 
 log = logging.getLogger("guardrail.service.worker")
 
 StreamFactory = Callable[[Sequence[int], tuple[WordList, ...], SamplingParams, threading.Event], Iterator[Event]]
-
-# Extra seconds past a request's own time limit before a silent worker is declared failed.
-_WATCHDOG_GRACE_S = 30.0
 
 
 class QueueFull(Exception):
@@ -41,8 +44,20 @@ class QueueFull(Exception):
         self.retry_after_s = retry_after_s
 
 
+class NotAdmitting(Exception):
+    """The process is draining (SIGTERM): no new generation is admitted; ``retry_after_s`` is a hint."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the server is shutting down")
+        self.retry_after_s = retry_after_s
+
+
 class GenerationFailed(Exception):
     """The generation stopped with an error; the message is safe to show to the client."""
+
+
+class ServerShuttingDown(GenerationFailed):
+    """The generation was ended by the server's drain deadline (answered 503, not 500)."""
 
 
 class GenerationRejected(Exception):
@@ -82,6 +97,25 @@ class ChoiceEvent:
 class _End:
     error: str | None = None
     rejected: bool = False
+    shutdown: bool = False
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the worker holds at one moment: ``running`` jobs on ``threads`` threads, ``waiting`` in a queue
+    of ``max_queue`` places."""
+
+    running: int
+    waiting: int
+    threads: int
+    max_queue: int
+
+    def saturated(self, queue_fraction: float) -> bool:
+        """Whether the waiting jobs fill ``queue_fraction`` of the queue (rounded up, at least one job), or,
+        without a queue, every thread is busy."""
+        if self.max_queue == 0:
+            return self.running >= self.threads
+        return self.waiting >= max(1, math.ceil(queue_fraction * self.max_queue))
 
 
 class Job:
@@ -108,12 +142,13 @@ class Job:
 
         Raises:
             GenerationRejected: the decoder refused the parameters (before any output).
+            ServerShuttingDown: the drain deadline ended the job (:meth:`GenerationWorker.abort_all`).
             GenerationFailed: the decoder raised, or the worker sent nothing for the request's time
                 limit plus a grace period (a stuck worker never hangs the client).
         """
         while True:
             try:
-                item = await asyncio.wait_for(self._events.get(), self._timeout_s + _WATCHDOG_GRACE_S)
+                item = await asyncio.wait_for(self._events.get(), self._timeout_s + WATCHDOG_GRACE_S)
             except TimeoutError:
                 if not self.running.is_set():
                     continue  # still queued behind other jobs: waiting is not a failure
@@ -122,6 +157,8 @@ class Job:
             if isinstance(item, _End):
                 if item.rejected:
                     raise GenerationRejected(item.error)
+                if item.shutdown:
+                    raise ServerShuttingDown(item.error)
                 if item.error is not None:
                     raise GenerationFailed(item.error)
                 return
@@ -151,7 +188,11 @@ class GenerationWorker:
     ) -> None:
         self._make_stream = make_stream
         self._metrics = metrics
+        self._threads_count = threads
+        self._max_queue = max_queue
         self._capacity = threads + max_queue
+        self._admitting = True
+        self.heartbeats = Heartbeats()
         self._retry_after_s = retry_after_s
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -182,14 +223,53 @@ class GenerationWorker:
         with self._lock:
             return self._admitted - self._running
 
+    @property
+    def admitted(self) -> int:
+        """Jobs admitted and not yet ended (running or waiting)."""
+        with self._lock:
+            return self._admitted
+
+    def load(self) -> Load:
+        """Running and waiting jobs, and the room for them."""
+        with self._lock:
+            return Load(self._running, self._admitted - self._running, self._threads_count, self._max_queue)
+
+    def alive(self) -> bool:
+        """Whether every worker thread runs (false before :meth:`start` and after :meth:`stop`)."""
+        return all(thread.is_alive() for thread in self._threads)
+
+    def stalled(self, limit_s: float) -> list[Stall]:
+        """Threads busy for more than ``limit_s`` seconds without a decoder event while no other thread had
+        one (a stuck decoder, batch loop or thread; :meth:`Heartbeats.stalled`)."""
+        return self.heartbeats.stalled(limit_s)
+
+    def close_admission(self) -> None:
+        """From now on :meth:`submit` raises :class:`NotAdmitting` (the drain began); admitted jobs go on."""
+        with self._lock:
+            self._admitting = False
+
+    def abort_all(self, message: str) -> int:
+        """End every admitted job now with :class:`ServerShuttingDown` (``message``), and stop its decoder
+        at its next step; returns how many were ended. Events already handed to a job are read before
+        the end, so a stream's released text stays whole."""
+        with self._lock:
+            jobs = list(self._jobs)
+        for job in jobs:
+            job.cancel.set()
+            job.emit(_End(error=message, shutdown=True))
+        return len(jobs)
+
     def submit(self, request: GenerationRequest, timeout_s: float) -> Job:
         """Admit a request (call from the event loop).
 
         Raises:
+            NotAdmitting: the process is draining (:meth:`close_admission`).
             QueueFull: every thread is busy and ``max_queue`` jobs already wait.
         """
         job = Job(request, asyncio.get_running_loop(), timeout_s)
         with self._lock:
+            if not self._admitting:
+                raise NotAdmitting(self._retry_after_s)
             if self._admitted >= self._capacity:
                 raise QueueFull(self._retry_after_s)
             self._admitted += 1
@@ -199,6 +279,7 @@ class GenerationWorker:
         return job
 
     def _loop(self) -> None:
+        name = threading.current_thread().name
         while True:
             job = self._queue.get()
             if job is None:
@@ -206,9 +287,11 @@ class GenerationWorker:
             with self._lock:
                 self._running += 1
                 self._metrics.queue_depth.set(self._admitted - self._running)
+            self.heartbeats.busy(name)
             try:
                 self._run(job)
             finally:
+                self.heartbeats.idle(name)
                 with self._lock:
                     self._running -= 1
                     self._admitted -= 1
@@ -267,7 +350,9 @@ class GenerationWorker:
             job.emit(_End(error=str(exc), rejected=True))
             return None
         first_text_at: float | None = None
+        thread = threading.current_thread().name
         for event in itertools.chain([first] if first is not None else [], stream):
+            self.heartbeats.beat(thread)
             if first_text_at is None and isinstance(event, TextDelta) and event.text:
                 first_text_at = time.perf_counter()
             self._record(event, first_text_at)

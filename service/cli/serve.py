@@ -48,10 +48,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Build the settings (flags over environment) and serve until interrupted."""
+    """Build the settings (flags over environment) and serve until SIGTERM or SIGINT, which drain first
+    (``GUARDRAIL_DRAIN_TIMEOUT_S``); a second signal stops at once."""
     import uvicorn
 
     from service.app import create_app
+    from service.drain import CLOSE_TIMEOUT_S, DrainingServer
     from service.logs import configure_logging
     from service.settings import Settings
 
@@ -74,5 +76,8 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)  # before uvicorn's first lines
     app = create_app(settings)
     # log_config=None keeps the JSON logging create_app configured; our middleware writes the access log.
-    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=CLOSE_TIMEOUT_S)
+    # SIGTERM drains first (docs/service.md, "Health, readiness and drain"), then uvicorn shuts down.
+    DrainingServer(config, app).run()
     return 0

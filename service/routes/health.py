@@ -1,24 +1,80 @@
-"""Liveness, readiness and the Prometheus scrape endpoint."""
+"""Liveness, readiness and the Prometheus scrape endpoint (docs/service.md, "Health, readiness and drain")."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.deps import RuntimeDep
+from service.worker import Load
 
 router = APIRouter(tags=["health"])
 
-
-@router.get("/healthz", summary="Liveness: the process answers")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+#: The readiness states that take a replica out of the load balancer (503), in order of precedence.
+NOT_READY = ("draining", "unavailable", "overloaded")
 
 
-@router.get("/readyz", summary="Readiness: 200 ready or degraded (body says which and why)")
-def readyz(runtime: RuntimeDep) -> JSONResponse:
-    """Ready when the model is loaded and the word-list store answers.
+@router.get("/healthz", summary="Liveness: the event loop answers and no worker thread is stuck",
+            responses={503: {"description": "A worker thread is stuck or an engine thread ended: restart me"}})
+async def healthz(request: Request) -> JSONResponse:
+    """200 while the process can make progress; 503 when a worker thread has been busy without a decoder
+    event for more than ``GUARDRAIL_WORKER_STALL_TIMEOUT_S`` (default: the request time limit plus 30 s)
+    while no other thread had one (:meth:`service.heartbeat.Heartbeats.stalled`), or an engine or worker
+    thread ended. ``async`` on purpose: it answers from the event loop, never waits for a thread-pool slot,
+    and reads only counters (no lock held for long, no I/O)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:  # not started yet (uvicorn accepts connections only after the lifespan; tests)
+        return JSONResponse({"status": "ok"})
+    limit_s = runtime.settings.worker_stall_limit_s
+    stalled = runtime.worker.stalled(limit_s)
+    problem = runtime.engine_problem()
+    if not stalled and problem is None:
+        return JSONResponse({"status": "ok"})
+    body: dict[str, Any] = {"status": "stuck"}
+    if stalled:
+        body["stalled"] = [{"thread": s.thread, "seconds_without_progress": round(s.seconds, 1)} for s in stalled]
+        body["stall_limit_s"] = limit_s
+    if problem is not None:
+        body["engine"] = problem
+    return JSONResponse(body, status_code=503)
+
+
+def readiness(*, draining: bool, drain_seconds: float, engine_problem: str | None, load: Load,
+              queue_fraction: float, store: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The readiness status and its checks. Status, by precedence: ``draining`` (SIGTERM received),
+    ``unavailable`` (the engine cannot generate), ``overloaded`` (the waiting generations fill
+    ``queue_fraction`` of the queue, see :meth:`Load.saturated`), ``degraded`` (the store does not
+    answer; the replica serves from its in-memory lists), ``ready``. The first three are answered 503."""
+    overloaded = load.saturated(queue_fraction)
+    checks: dict[str, Any] = {
+        "drain": {"draining": draining, **({"seconds": round(drain_seconds, 1)} if draining else {})},
+        "model": {"loaded": True, "engine": engine_problem or "up"},
+        "store": store,
+        "worker": {"running": load.running, "waiting": load.waiting, "threads": load.threads,
+                   "max_queue": load.max_queue, "overloaded": overloaded},
+    }
+    if draining:
+        status = "draining"
+    elif engine_problem is not None:
+        status = "unavailable"
+    elif overloaded:
+        status = "overloaded"
+    elif not store["up"]:
+        status = "degraded"
+    else:
+        status = "ready"
+    return status, checks
+
+
+@router.get("/readyz", summary="Readiness: 200 ready or degraded, 503 draining, unavailable or overloaded",
+            responses={503: {"description": "Draining, engine unavailable or queue over the threshold (body says)"}})
+def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
+    """Ready (200) when the model is loaded, the engine runs, the queue is below
+    ``GUARDRAIL_READY_QUEUE_FRACTION`` and the process is not draining; 503 otherwise, with
+    ``status`` (``draining``, ``unavailable``, ``overloaded``) and ``checks`` saying why.
 
     A replica whose Redis is down still generates from its in-memory copy of the lists, so it stays in
     service (200) and reports ``"status": "degraded"``; ``checks.store`` says why. Answering 503 would
@@ -28,22 +84,23 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
     ``GuardrailStoreDataLost``).
     """
     catalog = runtime.catalog
-    store = {"kind": runtime.store.kind, "up": catalog.healthy}
+    store: dict[str, Any] = {"kind": runtime.store.kind, "up": catalog.healthy}
     resets = getattr(runtime.store, "resets", 0)
     if resets:  # the store lost its data while this replica ran (Redis without persistence)
         store["data_lost"] = {"count": resets, "last_at": runtime.store.last_reset_at}
     if catalog.last_error:
         store["error"] = catalog.last_error
+    drain = request.app.state.drain
+    status, checks = readiness(draining=drain.draining, drain_seconds=drain.seconds(),
+                               engine_problem=runtime.engine_problem(), load=runtime.worker.load(),
+                               queue_fraction=runtime.settings.ready_queue_fraction, store=store)
+    checks["model"]["id"] = runtime.model_id
     body = {
-        "status": "ready" if catalog.healthy else "degraded",
-        "checks": {
-            "model": {"id": runtime.model_id, "loaded": True},
-            "store": store,
-            "worker": {"waiting": runtime.worker.waiting},
-        },
+        "status": status,
+        "checks": checks,
         "wordlists": {name: runtime.catalog.get(name).version for name in runtime.catalog.names()},
     }
-    return JSONResponse(body)
+    return JSONResponse(body, status_code=503 if status in NOT_READY else 200)
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)",

@@ -450,6 +450,11 @@ class BatchedDecoder:
             self._driver = threading.Thread(target=self._drive, name="guardrail-batch", daemon=True)
             self._driver.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the driver thread runs (:meth:`start` was called and it has not ended)."""
+        return self._driver is not None and self._driver.is_alive()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel every request and stop the driver thread."""
         self._stopping = True

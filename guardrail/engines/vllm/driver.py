@@ -239,6 +239,11 @@ class VLLMDriver:
                 return event
         raise RuntimeError("the stream ended without a Finish event")  # a driver bug, never expected
 
+    @property
+    def alive(self) -> bool:
+        """Whether the engine loop thread runs (false after :meth:`close` or if it died)."""
+        return self._thread.is_alive()
+
     def close(self) -> None:
         """Stop the engine thread (requests in flight end with ``cancelled``)."""
         self._closed = True
