@@ -377,9 +377,10 @@ def test_every_service_setting_is_rendered_and_defaults_to_the_services_default(
     env = env_of(default_manifests)
     rendered = {name for name in env if name.startswith("GUARDRAIL_")}
     fields = {f"GUARDRAIL_{name.upper()}" for name in Settings.model_fields}
-    # The Redis URL only with a Redis (tests below); the vLLM engine arguments only when some are set (next test);
-    # the gateway's settings only with engine=remote.
-    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS"} | {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
+    # The Redis URL only with a Redis (tests below); the vLLM engine arguments and the worker stall timeout only
+    # when set (next test); the gateway's settings only with engine=remote.
+    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS", "GUARDRAIL_WORKER_STALL_TIMEOUT_S"}
+    conditional |= {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
     assert fields - conditional <= rendered
     assert rendered - fields <= PENDING_SETTINGS | OTHER_SERVICE_VARIABLES
     # The rendered strings parse under the service's own validation (no 1.6777216e+07 for an int), and a
@@ -409,7 +410,8 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
             chosen[name] = default + 3 if default + 3 <= bounds.get(annotated_types.Le, default + 3) else default - 3
         elif isinstance(default, float):
             chosen[name] = default * 2 + 0.25
-    chosen |= {"model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
+    chosen |= {"ready_queue_fraction": 0.5, "worker_stall_timeout_s": 75.5,  # bounded above by 1 / no default
+               "model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
                "wordlists": ["en", "de"], "redis_prefix": "tenant-a:", "evasion_guard": "edit",
                "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432}
     missing = set(Settings.model_fields) - NOT_GUARDRAIL_VALUES - REMOTE_ONLY - set(chosen)
@@ -422,7 +424,7 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
     assert {name: getattr(settings, name) for name in chosen} == expected
     # A fractional request timeout (240.25 s) rounds the grace period up to whole seconds.
     assert settings.request_timeout_s == 240.25
-    assert only(manifests, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 5 + 241 + 10
+    assert only(manifests, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 5 + 241 + 20
 
 
 def test_values_schema_holds_the_services_limits():
@@ -521,10 +523,10 @@ def test_extension_points_reach_the_pod(tools, tmp_path):
 @pytest.mark.parametrize(
     ("sets", "grace"),
     [
-        ((), 5 + 120 + 10),  # preStop sleep + request timeout (= drain timeout) + margin
-        (("guardrail.requestTimeoutS=300",), 5 + 300 + 10),
-        (("guardrail.drainTimeoutS=600",), 5 + 600 + 10),
-        (("guardrail.requestTimeoutS=90", "guardrail.drainTimeoutS=30"), 5 + 90 + 10),
+        ((), 5 + 120 + 20),  # preStop sleep + request timeout (= drain timeout) + margin
+        (("guardrail.requestTimeoutS=300",), 5 + 300 + 20),
+        (("guardrail.drainTimeoutS=600",), 5 + 600 + 20),
+        (("guardrail.requestTimeoutS=90", "guardrail.drainTimeoutS=30"), 5 + 90 + 20),
         (("preStopSleepSeconds=0", "drainMarginSeconds=2"), 0 + 120 + 2),
         (("terminationGracePeriodSeconds=42",), 42),  # an explicit value wins
     ],
@@ -634,7 +636,7 @@ def test_gateway_example_guards_a_vllm_deployment_without_weights_in_the_pod(gat
     for kind in ("requests", "limits"):
         assert quantity(small[kind]["memory"]) < quantity(embedded[kind]["memory"]) / 2
     assert quantity(small["requests"]["cpu"]) < quantity(embedded["requests"]["cpu"])
-    assert pod["terminationGracePeriodSeconds"] == 5 + 300 + 10
+    assert pod["terminationGracePeriodSeconds"] == 5 + 300 + 20
 
 
 def test_gateway_settings_parse_where_the_service_has_the_remote_engine(gateway_manifests, monkeypatch):

@@ -165,6 +165,7 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_RETRY_AFTER_S" ($g.retryAfterS | int64))
   (list "GUARDRAIL_REQUEST_TIMEOUT_S" $g.requestTimeoutS)
   (list "GUARDRAIL_DRAIN_TIMEOUT_S" $g.drainTimeoutS)
+  (list "GUARDRAIL_READY_QUEUE_FRACTION" $g.readyQueueFraction)
   (list "GUARDRAIL_DEFAULT_MAX_TOKENS" ($g.defaultMaxTokens | int64))
   (list "GUARDRAIL_MAX_TOKENS_LIMIT" ($g.maxTokensLimit | int64))
   (list "GUARDRAIL_MAX_N" ($g.maxN | int64))
@@ -182,6 +183,9 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_LOG_LEVEL" $g.logLevel)
   (list "GUARDRAIL_DEBUG_LOG_PROMPTS" $g.debugLogPrompts)
 }}
+{{- if not (kindIs "invalid" $g.workerStallTimeoutS) }}
+{{- $settings = append $settings (list "GUARDRAIL_WORKER_STALL_TIMEOUT_S" $g.workerStallTimeoutS) }}
+{{- end }}
 {{- if $remote }}
 {{- $settings = concat $settings (list
   (list "GUARDRAIL_UPSTREAM_URL" $g.upstream.url)
