@@ -189,6 +189,8 @@ def test_the_store_and_cache_fall_back_while_a_real_redis_is_stopped_or_hung(tmp
         assert isinstance(failure.value.__cause__, redis.ConnectionError)
         catalog.refresh()
         assert not catalog.healthy and catalog.resolve(["pets"])[0].version == 1
+        cache = ArtefactCache(server.url, key_prefix=prefix, redis_timeout_s=TIMEOUT_S)
+        assert cache.get(smollm2_vocab, [wordlist_from_terms(["dog"], name="stopped")])[1] == "compile"
         server.start()  # same port, empty; the pool's dead connections are replaced without a retry
         catalog.refresh()
         assert catalog.healthy
@@ -253,5 +255,14 @@ def test_the_service_stays_up_while_its_redis_is_hung(tmp_path):
 
             wait_until(lambda: server.get("/readyz").json()["status"] == "ready", 10, "ready after Redis resumed")
             assert server.admin("PUT", "/admin/wordlists/towns", json={"terms": ["Lyon"]}).status_code == 201
+
+            redis_server.stop()  # and a stopped one: connections refused
+            wait_until(lambda: server.get("/readyz").json()["status"] == "degraded", 10,
+                       "readiness reporting the stopped Redis")
+            answer = server.chat(wordlists=["towns"])  # a list set never used before: one failed GET, compile
+            assert answer.status_code == 200, answer.text
+            refused = server.admin("PUT", "/admin/wordlists/villages", json={"terms": ["Gap"]})
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "store_unavailable"
+            assert server.get("/healthz").status_code == 200
     finally:
         redis_server.stop()
