@@ -19,11 +19,10 @@ import uuid
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import redis  # noqa: E402
-
 from guardrail.matching.cache import ArtefactCache  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_tokenizer  # noqa: E402
+from guardrail.redis_client import bounded_client  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_names, bundled_wordlist  # noqa: E402
 
 
@@ -83,7 +82,7 @@ def main() -> None:
             "all28_x_gemma3_cold_le_10s": gemma_all["cold_seconds"] <= 10.0,
         }
     finally:
-        client = redis.Redis.from_url(args.redis_url)
+        client = bounded_client(args.redis_url)
         for key in client.scan_iter(prefix + "*"):
             client.delete(key)
     print(json.dumps(out, indent=2))

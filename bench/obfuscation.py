@@ -241,8 +241,6 @@ def bench_costs(setting: str, reps: int) -> dict:
     import statistics
     import uuid
 
-    import redis
-
     from guardrail.matching import obfuscation_automaton
     from guardrail.matching.cache import ArtefactCache
     from guardrail.matching.combined import CombinedArtefact
@@ -251,6 +249,7 @@ def bench_costs(setting: str, reps: int) -> dict:
     from guardrail.matching.token_text import TokenTextIndex
     from guardrail.matching.vocab import TokenVocab
     from guardrail.models import load_tokenizer
+    from guardrail.redis_client import bounded_client
     from guardrail.wordlists.wordlist import with_obfuscation, wordlist_from_terms
 
     redis_url = os.environ.get("GUARDRAIL_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -316,7 +315,7 @@ def bench_costs(setting: str, reps: int) -> dict:
                 "plain_prose": round(level["held_chars_mean_plain_prose"] - base["held_chars_mean_plain_prose"], 3)}
             out[model] = per_model
     finally:
-        client = redis.Redis.from_url(redis_url)
+        client = bounded_client(redis_url)
         for key in client.scan_iter(prefix + "*"):
             client.delete(key)
     return out

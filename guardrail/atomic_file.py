@@ -1,4 +1,5 @@
-"""Atomic file replacement: readers see the old or the new content, never a mix or a torn write."""
+"""Atomic, durable file replacement: readers see the old or the new content, never a mix or a torn write,
+and once :func:`write_atomically` returns the new content survives a crash of the machine too."""
 
 from __future__ import annotations
 
@@ -7,11 +8,35 @@ import tempfile
 from pathlib import Path
 
 
+def fsync_directory(path: Path) -> None:
+    """Make ``path``'s entries durable: a rename into it, a file created or removed in it (POSIX).
+
+    ``fsync`` of a file makes its data durable, not its name: until the directory is synced, a power
+    loss can undo a rename (Linux ``fsync(2)``: "Calling fsync() does not necessarily ensure that the
+    entry in the directory containing the file has also reached disk. For that an explicit fsync() on a
+    file descriptor for the directory is also needed.").
+
+    Raises:
+        OSError: the directory cannot be opened or synced.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: Path, data: bytes | str) -> None:
     """Replace ``path`` with ``data`` (``str`` is written as UTF-8).
 
-    Writes a temporary file in the same directory, fsyncs it, then ``os.replace`` (atomic on POSIX);
-    the temporary file is removed if anything fails. Parent directories are created.
+    Writes a temporary file in the same directory, fsyncs it, ``os.replace`` (atomic on POSIX), then
+    fsyncs the directory so that the rename itself is durable: when this returns, a crash of the process
+    or of the machine leaves the new content. The temporary file is removed if anything fails before
+    the rename. Parent directories are created.
+
+    Raises:
+        OSError: the file or its directory cannot be written or synced (the old content stays in place
+            when it fails before the rename).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -24,3 +49,4 @@ def write_atomically(path: Path, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)

@@ -100,6 +100,7 @@ class Runtime:
             redis_url=settings.redis_url,
             cache_dir=settings.cache_dir,
             key_prefix=settings.redis_prefix,
+            redis_timeout_s=settings.redis_timeout_s,
             on_lookup=lambda layer: metrics.artefact_cache_lookups.labels(layer).inc(),
             on_compile=metrics.compile_duration.observe,
         )

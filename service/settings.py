@@ -63,7 +63,10 @@ class Settings(BaseSettings):
     redis_prefix: str = Field(
         "guardrail:", min_length=1, description="Namespace of every Redis key and channel (tests use their own)."
     )
-    redis_timeout_s: float = Field(0.5, gt=0, description="Socket timeout of Redis calls, seconds.")
+    redis_timeout_s: float = Field(
+        0.5, gt=0, description="Connect and read timeout of every Redis client, seconds; calls are not retried, "
+        "so a Redis that does not answer stalls one call at most twice this."
+    )
     data_dir: Path = Field(
         default_factory=lambda: Path(platformdirs.user_data_dir("guardrail")),
         description="Files of the embedded store (word lists, audit log).",

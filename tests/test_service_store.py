@@ -135,6 +135,8 @@ def test_concurrent_patches_all_land(open_store):
         thread.start()
     for thread in threads:
         thread.join()
+    for store in stores:
+        store.close()  # the embedded store's data directory takes one open store at a time
     final = open_store().get("pets")
     assert len(final.wordlist.terms) == 21
     assert final.version == 21
@@ -167,6 +169,7 @@ def test_embedded_store_ignores_a_list_file_whose_change_never_committed(tmp_pat
     put(store, "pets", ["cat"])
     # A crash between writing the new version's file and the index leaves an orphan file.
     (tmp_path / "wordlists" / "pets.v2.txt").write_text("dog\n", encoding="utf-8")
+    store.close()
     reopened = EmbeddedStore(tmp_path)
     assert reopened.get("pets").version == 1
     assert not (tmp_path / "wordlists" / "pets.v2.txt").exists()

@@ -3,7 +3,9 @@
 Keys are content addresses (:func:`guardrail.matching.compiler.artefact_key`), so a changed list, tokenizer or
 compiler can never be served a stale artefact, and replicas sharing Redis share compiles. A blob that
 fails to decode (corrupt, foreign, other version) is treated as a miss: recompiled and overwritten.
-Redis errors are treated as misses too (the service reports Redis health separately).
+Redis errors are treated as misses too (the service reports Redis health separately); a lookup whose
+Redis read failed does not try to write to Redis either, so one lookup waits on a Redis that does not
+answer at most once (:func:`guardrail.redis_client.worst_case_stall_s` of ``redis_timeout_s``).
 
 A request's own terms never go through the layers: :meth:`ArtefactCache.get_with_request` compiles them
 apart in milliseconds (no vocab sweep) and combines them with the stored lists' artefact at run time;
@@ -28,6 +30,7 @@ from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encod
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
 from guardrail.matching.vocab import TokenVocab
+from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
 from guardrail.wordlists.wordlist import WordList
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ class ArtefactCache:
             files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
             just written is always kept. ``None``: unbounded.
         key_prefix: Redis key namespace.
+        redis_timeout_s: socket connect and read timeout of the Redis client, seconds (the service passes
+            ``GUARDRAIL_REDIS_TIMEOUT_S``); redis-py does not retry (:mod:`guardrail.redis_client`).
         on_lookup: called with the layer name (``memory|redis|disk|compile``) of every lookup.
         on_compile: called with the compile duration in seconds after every compile.
     """
@@ -57,7 +62,7 @@ class ArtefactCache:
     def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None, max_memory_items: int = 8,
                  key_prefix: str = "guardrail:", on_lookup: Callable[[str], None] | None = None,
                  on_compile: Callable[[float], None] | None = None,
-                 max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES):
+                 max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES, redis_timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_disk_bytes is not None and max_disk_bytes < 0:
             raise ValueError(f"max_disk_bytes must be >= 0 or None, got {max_disk_bytes}")
         self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
@@ -70,10 +75,8 @@ class ArtefactCache:
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._redis = None
-        if redis_url:
-            import redis  # an edge dependency: only needed when a URL is configured
-
-            self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        if redis_url:  # redis is an edge dependency, imported by bounded_client only when a URL is configured
+            self._redis = bounded_client(redis_url, redis_timeout_s)
 
     def redis_key(self, key: str) -> str:
         return f"{self.key_prefix}artefact:{key}"
@@ -95,15 +98,15 @@ class ArtefactCache:
         with key_lock:  # one compile per key even when many requests miss at once
             with self._lock:
                 found = self._memory.get(key)
-            layer = "memory"
+            layer, redis_answered = "memory", True
             if found is None:
-                found, layer = self._load(vocab, key)
+                found, layer, redis_answered = self._load(vocab, key)
             if found is None:
                 started = time.perf_counter()
                 found = compile_artefact(vocab, wordlists)
                 self._on_compile(time.perf_counter() - started)
                 layer = "compile"
-                self._store(found, key)
+                self._store(found, key, to_redis=redis_answered)
             self._remember(key, found)
         self._on_lookup(layer)
         return found, layer
@@ -134,13 +137,15 @@ class ArtefactCache:
                 self._memory.popitem(last=False)
             self._key_locks.pop(key, None)
 
-    def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str]:
+    def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str, bool]:
+        """``(artefact or None, layer, whether Redis answered)``; Redis not configured counts as answered."""
+        redis_answered = True
         if self._redis is not None:
-            blob = self._redis_get(key)
+            redis_answered, blob = self._redis_get(key)
             if blob is not None:
                 artefact = self._decode(blob, vocab, key, "redis")
                 if artefact is not None:
-                    return artefact, "redis"
+                    return artefact, "redis", True
         if self.cache_dir is not None:
             path = self.cache_dir / f"{key}.bin"
             if path.exists():
@@ -148,11 +153,11 @@ class ArtefactCache:
                     blob = path.read_bytes()
                     os.utime(path)  # recently used: last out of the bounded disk layer
                 except FileNotFoundError:  # pruned by another process meanwhile: a miss
-                    return None, "compile"
+                    return None, "compile", redis_answered
                 artefact = self._decode(blob, vocab, key, str(path))
                 if artefact is not None:
-                    return artefact, "disk"
-        return None, "compile"
+                    return artefact, "disk", redis_answered
+        return None, "compile", redis_answered
 
     @staticmethod
     def _decode(blob: bytes, vocab: TokenVocab, key: str, where: str) -> Artefact | None:
@@ -162,22 +167,23 @@ class ArtefactCache:
             log.warning("discarding artefact %s from %s: %s", key[:12], where, exc)
             return None
 
-    def _redis_get(self, key: str) -> bytes | None:
+    def _redis_get(self, key: str) -> tuple[bool, bytes | None]:
+        """``(whether Redis answered, the blob or None)``."""
         import redis
 
         client = self._redis
         if client is None:
-            return None
+            return True, None
         try:
             # redis-py types every reply as ``ResponseT``; a client without ``decode_responses`` returns bytes.
-            return cast("bytes | None", client.get(self.redis_key(key)))
+            return True, cast("bytes | None", client.get(self.redis_key(key)))
         except redis.RedisError as exc:
             log.warning("redis unavailable for artefact lookup: %s", exc)
-            return None
+            return False, None
 
-    def _store(self, artefact: Artefact, key: str) -> None:
+    def _store(self, artefact: Artefact, key: str, to_redis: bool = True) -> None:
         blob = encode_artefact(artefact, key, COMPILER_VERSION)
-        if self._redis is not None:
+        if self._redis is not None and to_redis:  # not after a failed read: one stall per lookup at most
             import redis
 
             try:

@@ -6,21 +6,36 @@ Layout (all UTF-8)::
     <data_dir>/wordlists/index.json    {"lists": {name: {"version", "updated_at"}}, "counters": {name: n}}
     <data_dir>/audit.jsonl             one AuditRecord per line, oldest first
 
-Every file is replaced atomically (write a temporary file in the same directory, fsync, ``os.replace``),
-so a crash leaves either the old or the new version. A new version goes to a new file and the index,
-written last, is the commit point: a list file the index does not name is removed on load.
-One process per data directory (no cross-process locking).
+    <data_dir>/.lock                   the data directory's lock; holds the pid and host of its holder
+
+Every file is replaced atomically and durably (write a temporary file in the same directory, fsync,
+``os.replace``, fsync the directory: :func:`guardrail.atomic_file.write_atomically`), so a crash of the
+process or the machine leaves either the old or the new version. A new version goes to a new file and
+the index, written last, is the commit point: a list file the index does not name is removed on load.
+``write`` returns (the change is acknowledged) only after the index's rename is durable. The audit
+record is appended and fsynced after the commit; a record torn by a crash is cut off on load.
+
+One process per data directory, enforced: the store takes an exclusive ``flock(2)`` on ``.lock`` when it
+opens and keeps it until :meth:`EmbeddedStore.close` or the process ends (the kernel releases it on any
+exit, ``kill -9`` included, so a crash never leaves a stale lock). A second process, or a second store
+in the same process, fails at once with :class:`DataDirLocked` naming the directory and the holder's
+pid and host. ``fcntl.flock`` rather than the ``filelock`` package: the holder's pid goes in the lock
+file itself, and ``filelock`` falls back to an existence-based lock where ``flock`` is missing, which a
+``kill -9`` leaves behind. Sharing lists between processes is what the Redis store is for.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from pathlib import Path
 
-from guardrail.atomic_file import write_atomically
+from guardrail.atomic_file import fsync_directory, write_atomically
 from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
     AuditRecord,
@@ -33,6 +48,13 @@ from service.stores.store import (
 
 log = logging.getLogger("guardrail.service.store")
 
+#: The lock file's name inside the data directory.
+LOCK_FILE = ".lock"
+
+
+class DataDirLocked(StoreUnavailable):
+    """The data directory is in use by another process (or another store in this one)."""
+
 
 class EmbeddedStore:
     """Word lists in memory, written through to ``data_dir``; survives a restart.
@@ -42,6 +64,8 @@ class EmbeddedStore:
         audit_max_records: audit records kept; older ones are dropped when the file is compacted.
 
     Raises:
+        DataDirLocked: at construction, when another process (or another open store) holds the data
+            directory; the message names the directory and the holder's pid and host.
         StoreUnavailable: from any method when the files cannot be read or written (message says which).
     """
 
@@ -57,12 +81,44 @@ class EmbeddedStore:
         self._lists: dict[str, StoredWordList] = {}
         self._counters: dict[str, int] = {}
         self._audit_lines = 0
-        self._load()
+        self._lock_fd = self._lock_data_dir()
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- the data directory's lock ----------------------------------------------------------------
+    def _lock_data_dir(self) -> int:
+        """Create the data directory if needed and take its lock; returns the lock file's descriptor."""
+        try:
+            for directory in (self._dir, self._lists_dir):
+                if not directory.is_dir():
+                    directory.mkdir(parents=True, exist_ok=True)
+                    fsync_directory(directory.parent)  # the new directory's name is durable too
+            fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the embedded store in {self._dir}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = f"pid {holder[0]} on host {holder[1]}" if len(holder) == 2 else "a process that is starting"
+            raise DataDirLocked(
+                f"the data directory {self._dir} is in use by {who} (lock file {self._dir / LOCK_FILE}): one "
+                "process per data directory; stop that process, give this one another GUARDRAIL_DATA_DIR, or "
+                "share lists through Redis (GUARDRAIL_REDIS_URL)") from None
+        except OSError as exc:
+            os.close(fd)
+            raise StoreUnavailable(f"cannot lock the data directory {self._dir}: {exc}") from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        return fd
 
     # -- reading ----------------------------------------------------------------------------------
     def _load(self) -> None:
         try:
-            self._lists_dir.mkdir(parents=True, exist_ok=True)
             if self._index_path.exists():
                 index = json.loads(self._index_path.read_text(encoding="utf-8"))
                 self._counters = {k: int(v) for k, v in index.get("counters", {}).items()}
@@ -74,14 +130,27 @@ class EmbeddedStore:
                         float(meta["updated_at"]),
                     )
             referenced = {self._list_path(n, s.version) for n, s in self._lists.items()}
-            for leftover in [*self._lists_dir.glob("*.v*.txt"), *self._lists_dir.glob(".*.tmp")]:
+            leftovers = [*self._lists_dir.glob("*.v*.txt"), *self._lists_dir.glob(".*.tmp"), *self._dir.glob(".*.tmp")]
+            for leftover in leftovers:
                 if leftover not in referenced:  # written by a change that never committed
                     leftover.unlink(missing_ok=True)
             if self._audit_path.exists():
+                self._cut_torn_audit_record()
                 with self._audit_path.open(encoding="utf-8") as handle:
                     self._audit_lines = sum(1 for _ in handle)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailable(f"cannot read the embedded store in {self._dir}: {exc}") from exc
+
+    def _cut_torn_audit_record(self) -> None:
+        """Drop a last audit line without its newline: an append a crash interrupted."""
+        data = self._audit_path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return
+        with self._audit_path.open("rb+") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        log.warning("cut a torn audit record (a crash during an append)", extra={"path": str(self._audit_path)})
 
     def _list_path(self, name: str, version: int) -> Path:
         return self._lists_dir / f"{name}.v{version}.txt"
@@ -159,6 +228,8 @@ class EmbeddedStore:
     def _append_audit(self, record: AuditRecord) -> None:
         with self._audit_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
         self._audit_lines += 1
         if self._audit_lines > 2 * self._audit_max:  # compact rarely: amortised O(1) per record
             lines = self._audit_path.read_text(encoding="utf-8").splitlines()[-self._audit_max :]
@@ -166,4 +237,7 @@ class EmbeddedStore:
             self._audit_lines = len(lines)
 
     def close(self) -> None:
-        """Nothing to release: every write is already on disk."""
+        """Release the data directory's lock (every write is already on disk); idempotent."""
+        fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            os.close(fd)  # closing the only descriptor of the open file releases the flock

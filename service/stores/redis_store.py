@@ -35,9 +35,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-import redis
 from redis.exceptions import RedisError, WatchError
 
+from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
 from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
     AuditRecord,
@@ -63,8 +63,10 @@ class RedisStore:
     Args:
         url: ``redis://host:port/db``.
         namespace: prefix of every key and of the channel name (``"guardrail:"``; tests use their own).
-        timeout_s: socket connect/read timeout, seconds; a Redis that does not answer within it
-            counts as down (so a dead Redis never stalls a request for long).
+        timeout_s: socket connect and read timeout, seconds (``GUARDRAIL_REDIS_TIMEOUT_S``); redis-py does
+            not retry, so a Redis that does not answer fails each call within
+            :func:`guardrail.redis_client.worst_case_stall_s` (2 × ``timeout_s``) and every method
+            raises at the first call that fails.
         audit_max_records: audit records kept.
 
     Attributes:
@@ -79,16 +81,10 @@ class RedisStore:
 
     kind = "redis"
 
-    def __init__(self, url: str, namespace: str = "guardrail:", timeout_s: float = 0.5,
+    def __init__(self, url: str, namespace: str = "guardrail:", timeout_s: float = DEFAULT_TIMEOUT_S,
                  audit_max_records: int = 10_000) -> None:
         self.namespace = namespace
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            health_check_interval=30,
-            decode_responses=True,
-        )
+        self._redis = bounded_client(url, timeout_s, health_check_interval=30, decode_responses=True)
         self._index = f"{self.namespace}wordlists"
         self._audit = f"{self.namespace}audit"
         self.channel = f"{self.namespace}wordlist-changes"
