@@ -1003,3 +1003,11 @@ def test_dashboard_configmap_carries_the_file_for_the_grafana_sidecar(production
     configmap = only(production_manifests, "ConfigMap", "-dashboard")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(configmap["data"]["guardrail.json"]) == dashboard()
+
+
+def test_embedded_store_on_a_claim_is_replaced_not_surged(tools):
+    """The embedded store locks its data directory: with a claim and no Redis a surged pod could never start."""
+    claimed = render(tools, sets=("data.persistentVolumeClaim.claimName=guardrail-data",))
+    assert only(claimed, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    surged = render(tools)
+    assert only(surged, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
