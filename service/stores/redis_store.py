@@ -247,3 +247,9 @@ class RedisStore:
 
     def close(self) -> None:
         self._redis.close()
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client (its connection pool, timeouts and retries), shared by what lives beside the lists:
+        tenant records and rate-limit counters (:mod:`service.tenants`)."""
+        return self._redis
