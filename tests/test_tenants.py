@@ -208,3 +208,69 @@ def test_the_tenant_label_names_the_first_tenants_and_folds_the_rest_into_other(
     labels = TenantLabels(cap=2)
     assert [labels.label(n) for n in ("a", "b", "c", "a", "b", "d")] == ["a", "b", OTHER, "a", "b", OTHER]
     assert TenantLabels(cap=0).label("a") == OTHER
+
+
+# -- who is calling --------------------------------------------------------------------------------
+
+
+def _tenants(redis_url: str, redis_prefix: str, up=lambda: True, **settings):
+    from service.settings import Settings
+    from service.stores.redis_store import RedisStore
+    from service.tenants.access import Tenants
+
+    config = Settings(redis_url=redis_url, redis_prefix=redis_prefix, **settings)
+    return Tenants(config, RedisStore(redis_url, redis_prefix), up)
+
+
+def test_a_live_key_names_its_tenant_and_any_other_token_is_anonymous_or_401(redis_url, redis_prefix):
+    from service.errors import ApiError
+
+    tenants = _tenants(redis_url, redis_prefix)
+    key = new_key()
+    tenants.store.write("app", _create("app", key, TenantPolicy(max_tokens=5)), None)
+    assert tenants.identify(key).tenant == "app" and tenants.identify(key).policy.max_tokens == 5
+    assert tenants.identify(None).anonymous and tenants.identify("unused").anonymous
+    with pytest.raises(ApiError) as unknown:
+        tenants.identify(new_key())
+    assert unknown.value.status == 401 and unknown.value.code == "invalid_api_key"
+
+    closed = _tenants(redis_url, redis_prefix, allow_anonymous=False)
+    assert closed.identify(key).tenant == "app"
+    for token in (None, "unused"):
+        with pytest.raises(ApiError) as refused:
+            closed.identify(token)
+        assert refused.value.status == 401
+
+    shared = _tenants(redis_url, redis_prefix, api_keys=["shared-key"])
+    assert shared.identify("shared-key").anonymous and shared.identify(key).tenant == "app"
+    with pytest.raises(ApiError):
+        shared.identify("unused")
+
+
+def test_while_the_store_is_known_down_a_tenant_key_is_a_503_and_anonymous_goes_on(redis_url, redis_prefix):
+    from service.errors import ApiError
+
+    up = {"value": True}
+    tenants = _tenants(redis_url, redis_prefix, lambda: up["value"])
+    key = new_key()
+    tenants.store.write("app", _create("app", key), None)
+    up["value"] = False
+    with pytest.raises(ApiError) as refused:
+        tenants.identify(key)
+    assert refused.value.status == 503 and refused.value.headers["Retry-After"] == "1"
+    assert tenants.identify("unused").anonymous
+
+
+def test_a_generation_that_alone_exceeds_the_tokens_per_minute_is_a_400_not_a_429(redis_url, redis_prefix):
+    from service.errors import ApiError
+    from service.tenants.access import Caller
+
+    tenants = _tenants(redis_url, redis_prefix)
+    caller = Caller("app", "app", TenantPolicy(tokens_per_minute=100))
+    with pytest.raises(ApiError) as refused:
+        tenants.admit_tokens(caller, 101)
+    assert refused.value.status == 400 and refused.value.param == "max_tokens"
+    tenants.admit_tokens(caller, 100)
+    with pytest.raises(ApiError) as limited:
+        tenants.admit_tokens(caller, 1)
+    assert limited.value.status == 429 and int(limited.value.headers["Retry-After"]) >= 1

@@ -83,6 +83,8 @@ class Tenants:
             self.store = EmbeddedTenantStore(settings.data_dir, settings.audit_max_records)
         self.limits = RateLimits(client if store.kind == "redis" else None, settings.redis_prefix, store_up)
         self.labels = TenantLabels(settings.tenant_metric_labels)
+        # Only a shared store can be down; while it is known to be, a key is refused at once (no timeout wait).
+        self._store_up = store_up if isinstance(self.store, RedisTenantStore) else (lambda: True)
         self.anonymous = Caller(ANONYMOUS, ANONYMOUS, ANONYMOUS_POLICY)
 
     # -- who is calling ----------------------------------------------------------------------------
@@ -95,6 +97,8 @@ class Tenants:
         """
         if token is not None and is_tenant_key(token):
             try:
+                if not self._store_up():
+                    raise StoreUnavailable("the store did not answer at its last poll")
                 record = self.store.by_key_hash(key_hash(token))
             except StoreUnavailable as exc:
                 raise ApiError(503, f"the tenant store is unavailable ({exc}); retry", code="store_unavailable",
