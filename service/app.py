@@ -19,8 +19,9 @@ from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.observability import BodyLimitMiddleware, ObservabilityMiddleware
-from service.routes import admin, chat, check, completions, health, models, watermark
+from service.routes import admin, chat, check, completions, health, models, tenants, watermark
 from service.settings import Settings
+from service.tenants.access import Tenants
 
 
 @asynccontextmanager
@@ -32,6 +33,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime = await run_in_threadpool(Runtime, settings, app.state.metrics)
     await run_in_threadpool(runtime.start)
     app.state.runtime = runtime
+    app.state.tenants = Tenants(settings, runtime.store, lambda: runtime.catalog.healthy)
     try:
         yield
     finally:
@@ -64,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (chat.router, completions.router, models.router, check.router, watermark.router,
-                   admin.router, health.router):
+                   admin.router, tenants.router, health.router):
         app.include_router(router)
     # Added last = outermost: the body limit answers before anything reads the body.
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics)

@@ -1,6 +1,6 @@
-"""Credentials: the admin bearer token (``GUARDRAIL_ADMIN_TOKEN``) and optional client API keys
-(``GUARDRAIL_API_KEYS``). Secrets are compared with ``hmac.compare_digest`` (constant time) and never logged;
-the audit log records a token *id* (a short hash), not the token.
+"""Credentials: the admin bearer token (``GUARDRAIL_ADMIN_TOKEN``), tenant API keys (:mod:`service.tenants`)
+and optional shared client keys (``GUARDRAIL_API_KEYS``). Secrets are compared with ``hmac.compare_digest``
+(constant time) and never logged; the audit log records a token *id* (a short hash), not the token.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pydantic import SecretStr
 from service.errors import ApiError
 
 _admin_bearer = HTTPBearer(auto_error=False, scheme_name="AdminToken", description="GUARDRAIL_ADMIN_TOKEN")
-_client_bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="one of GUARDRAIL_API_KEYS")
+_client_bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
+                            description="a tenant key (grk_...), or one of GUARDRAIL_API_KEYS")
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -64,13 +65,19 @@ def require_admin(
 def require_client(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_client_bearer)]
 ) -> None:
-    """FastAPI dependency of the /v1 routes: checks the API key when ``GUARDRAIL_API_KEYS`` is set.
+    """FastAPI dependency of the /v1 routes: identifies the caller (a tenant, or anonymous) and counts the
+    request against its rate limit. Sets ``request.state.caller`` (:class:`service.tenants.access.Caller`)
+    and ``request.state.tenant_label`` (the metrics label). Synchronous on purpose: FastAPI runs it in its
+    thread pool, so the store lookup (a Redis round trip) never blocks the event loop.
 
     Raises:
-        ApiError: 401 (OpenAI's ``invalid_api_key``) without a key or with an unknown one.
+        ApiError: 401 (OpenAI's ``invalid_api_key``) for an unknown, rotated or revoked tenant key, and
+            without a key when anonymous requests are disabled or ``GUARDRAIL_API_KEYS`` is set and the key
+            is not one of them; 429 with ``Retry-After`` over the caller's requests per minute; 503 when the
+            store cannot be asked about a tenant key.
     """
-    keys: list[SecretStr] = request.app.state.settings.api_keys
-    if not keys:
-        return
-    if credentials is None or not matches_any(credentials.credentials, keys):
-        raise ApiError(401, "Incorrect or missing API key.", code="invalid_api_key", headers=_CHALLENGE)
+    tenants = request.app.state.tenants
+    caller = tenants.identify(credentials.credentials if credentials is not None else None)
+    request.state.caller = caller
+    request.state.tenant_label = caller.label
+    tenants.admit_request(caller)

@@ -29,6 +29,8 @@ from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
+from service.tenants.access import Caller
+from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
 from service.worker import (
     ChoiceEvent,
     GenerationFailed,
@@ -45,10 +47,11 @@ SSE_DONE = "data: [DONE]\n\n"
 SHUTTING_DOWN = "server_shutting_down"
 #: The error answers of both generation routes (OpenAPI ``responses``); 400 is added for every route.
 GENERATION_ERRORS = documented_errors(
-    e401="Missing or unknown API key (when GUARDRAIL_API_KEYS is set).",
+    e401="Unknown, rotated or revoked API key; or none when anonymous requests are off or GUARDRAIL_API_KEYS is set.",
+    e403="The API key's policy does not allow a list, request terms, or a weaker evasion guard or obfuscation.",
     e404="Unknown model (code model_not_found) or word list (code wordlist_not_found).",
     e413="Body or request terms beyond the server's limits.",
-    e429="The generation queue is full: retry after Retry-After seconds.",
+    e429="The API key's rate limit, or the generation queue is full: retry after Retry-After seconds.",
     e500="The generation failed.",
     e503="The server is shutting down (code server_shutting_down): retry after Retry-After seconds, "
          "another replica answers.",
@@ -136,6 +139,8 @@ class Prepared:
     generation: GenerationRequest
     stream: bool
     include_usage: bool
+    caller: Caller | None = None
+    tokens: int = 0  # what the caller's tokens-per-minute limit counts: prompt + n x max_tokens
 
 
 def _reject_unsupported(body: GenerationFields) -> None:
@@ -194,19 +199,28 @@ async def prompt_token_ids(runtime: Runtime, param: str, **prompt: Any) -> list[
         raise ApiError(400, str(exc), param=param, code="invalid_value") from None
 
 
+def _terms_param(body: GenerationFields) -> str:
+    """The field that carries the request's own terms (for a 403 naming it)."""
+    return next((name for name in ("banned_terms", "bad_words", "banned_strings") if getattr(body, name)),
+                "banned_terms")
+
+
 def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
-            log_fields: dict[str, object], prompt_param: str) -> Prepared:
-    """Check a request against the server's limits and build the worker's request.
+            log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None) -> Prepared:
+    """Check a request against the server's limits and its caller's policy, and build the worker's request.
 
     Args:
         prompt: the prompt's token ids; ``prompt_param`` names the field it came from (errors).
-        token_limit: the request's ``max_tokens`` (None: the server's default).
+        token_limit: the request's ``max_tokens`` (None: the policy's or the server's default).
         log_fields: structured-log fields of the generation.
+        caller: the tenant (or anonymous caller) of the request; None = anonymous.
 
     Raises:
-        ApiError: 404 for an unknown ``model`` or word list, 400 naming the field for anything else.
+        ApiError: 404 for an unknown ``model`` or word list, 403 naming the field the caller's policy does
+            not allow, 400 naming the field for anything else.
     """
     settings = runtime.settings
+    policy = caller.policy if caller is not None else ANONYMOUS_POLICY
     if body.model != runtime.model_id:
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found", type_="invalid_request_error")
@@ -214,9 +228,11 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     if body.n > settings.max_n:
         raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
                        code="invalid_value")
-    max_tokens = token_limit if token_limit is not None else settings.default_max_tokens
-    if max_tokens > settings.max_tokens_limit:
-        raise ApiError(400, f"max_tokens={max_tokens} exceeds this server's limit of {settings.max_tokens_limit}",
+    max_tokens = token_limit if token_limit is not None else policy.default_max_tokens(settings.default_max_tokens)
+    limit = policy.max_tokens_limit(settings.max_tokens_limit)
+    if max_tokens > limit:
+        whose = "this server's" if limit == settings.max_tokens_limit else "this API key's"
+        raise ApiError(400, f"max_tokens={max_tokens} exceeds {whose} limit of {limit}",
                        param="max_tokens", code="invalid_value")
     if not prompt:
         raise ApiError(400, "the prompt is empty", param=prompt_param, code="invalid_value")
@@ -224,10 +240,16 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         raise ApiError(400, f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
                        f"model's context of {runtime.context_length} tokens", param=prompt_param,
                        code="context_length_exceeded")
-    stored = stored_lists(runtime, body.wordlists)
+    try:
+        names = policy.wordlists(body.wordlists, runtime.default_wordlists)
+        policy.check_request_terms(len(body.request_terms()), _terms_param(body))
+        evasion_guard = policy.evasion_guard_for(body.evasion_guard, settings.evasion_guard)
+        # Lists and terms without their own obfuscation level take the request's, else the policy's or server's.
+        obfuscation = policy.obfuscation_for(body.obfuscation, settings.obfuscation)
+    except PolicyViolation as exc:
+        raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
+    stored = stored_lists(runtime, names)
     own = request_list(runtime, body.request_terms())
-    # Lists and terms without their own obfuscation level take the request's, else the server's.
-    obfuscation = body.obfuscation or settings.obfuscation
     wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([own] if own is not None else []),
                                        obfuscation))
     options: dict[str, Any] = {
@@ -239,7 +261,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         "max_rollbacks": min(settings.max_rollbacks, body.max_rollbacks if body.max_rollbacks is not None
                              else settings.max_rollbacks),
         "max_rollbacks_per_position": settings.max_rollbacks_per_position,
-        "evasion_guard": body.evasion_guard if body.evasion_guard is not None else settings.evasion_guard,
+        "evasion_guard": evasion_guard,
         "speculative": body.speculative,
         "timeout_s": settings.request_timeout_s,
     }
@@ -256,11 +278,14 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     except ValueError as exc:  # the core's messages start with the field's name
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
     fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored}, "obfuscation": obfuscation,
-              "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens}
+              "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens,
+              "tenant": caller.tenant if caller is not None else None}
     return Prepared(
         GenerationRequest(prompt, wordlists, params, body.n, fields, settings.debug_log_prompts),
         stream=body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        caller=caller,
+        tokens=len(prompt) + body.n * max_tokens,
     )
 
 
@@ -313,6 +338,8 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     """
     started = getattr(request.state, "started_at", time.perf_counter())
     completion = ResponseIdentity.new(shape.id_prefix, runtime.model_id)
+    if prepared.caller is not None:  # a Redis round trip: off the event loop
+        await run_in_threadpool(request.app.state.tenants.admit_tokens, prepared.caller, prepared.tokens)
     job = submit(runtime, prepared)
     events = job.events()
     streaming = False

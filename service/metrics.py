@@ -48,12 +48,12 @@ class ServiceMetrics:
         GCCollector(registry=r)
 
         self.requests = Counter(
-            "guardrail_requests", "HTTP requests answered.", ["endpoint", "status"], registry=r
+            "guardrail_requests", "HTTP requests answered.", ["endpoint", "status", "tenant"], registry=r
         )
         self.request_duration = Histogram(
             "guardrail_request_duration_seconds",
             "Wall time from request to last byte.",
-            ["endpoint"],
+            ["endpoint", "tenant"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )

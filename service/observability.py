@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_body
 from service.metrics import ServiceMetrics
+from service.tenants.labels import NONE
 
 log = logging.getLogger("guardrail.service.access")
 
@@ -37,8 +38,8 @@ class ObservabilityMiddleware:
 
     Args:
         app: the wrapped ASGI app.
-        metrics: ``guardrail_requests_total``, ``guardrail_request_duration_seconds``,
-            ``guardrail_inflight_requests``.
+        metrics: ``guardrail_requests_total``, ``guardrail_request_duration_seconds`` (both by ``tenant`` too:
+            :mod:`service.tenants.labels`), ``guardrail_inflight_requests``.
     """
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
@@ -70,13 +71,17 @@ class ObservabilityMiddleware:
             self.metrics.inflight_requests.dec()
             endpoint = _endpoint(scope)
             seconds = time.perf_counter() - started
-            self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.request_duration.labels(endpoint).observe(seconds)
+            # Set by the /v1 routes' client dependency (service.auth.require_client); never the key itself.
+            label = state.get("tenant_label", NONE)
+            caller = state.get("caller")
+            self.metrics.requests.labels(endpoint, str(status), label).inc()
+            self.metrics.request_duration.labels(endpoint, label).observe(seconds)
             log.log(
                 logging.DEBUG if endpoint in _QUIET_ENDPOINTS else logging.INFO,
                 "request",
                 extra={"request_id": request_id, "method": scope.get("method"), "endpoint": endpoint,
-                       "status": status, "seconds": round(seconds, 4)},
+                       "status": status, "seconds": round(seconds, 4),
+                       "tenant": caller.tenant if caller is not None else None},
             )
 
 

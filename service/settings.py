@@ -80,8 +80,19 @@ class Settings(BaseSettings):
     # -- credentials ------------------------------------------------------------------------------
     admin_token: SecretStr | None = Field(None, description="Bearer token for /admin; unset = admin off.")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list, description="Client API keys for /v1; empty = no client authentication."
-    )
+        default_factory=list, description="Shared client API keys for /v1 (they get the anonymous policy); "
+        "set = a request needs one of them or a tenant key; empty = no shared keys.")
+    allow_anonymous: bool = Field(
+        True, description="Serve /v1 requests without a tenant key under the anonymous policy (the server's "
+        "settings); false = they get 401.")
+    anonymous_requests_per_minute: int = Field(
+        0, ge=0, description="Requests per minute of all anonymous callers together; 0 = no limit.")
+    anonymous_tokens_per_minute: int = Field(
+        0, ge=0, description="Tokens (prompt + n x max_tokens) per minute of all anonymous callers together; "
+        "0 = no limit.")
+    tenant_metric_labels: int = Field(
+        32, ge=0, description="Tenants named in the tenant label of the request metrics (the first this process "
+        "serves); the rest are counted as 'other'.")
 
     # -- execution --------------------------------------------------------------------------------
     max_concurrent: int = Field(1, ge=1, description="Generations run at once (one model instance).")

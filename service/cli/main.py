@@ -1,4 +1,4 @@
-"""The ``guardrail`` console script: ``compile``, ``check``, ``generate``, ``serve``.
+"""The ``guardrail`` console script: ``compile``, ``check``, ``generate``, ``serve``, ``tenants``.
 
 Every command takes ``--json`` to print one machine-readable JSON object on stdout. Exit codes: 0 done,
 1 ``check`` found a match (as ``grep`` does), 2 bad arguments or input.
@@ -131,9 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     # Both modules import only argparse-level code at import time; the model and FastAPI load in the handlers.
     from service.cli.generate import add_generate_command
     from service.cli.serve import add_serve_command
+    from service.cli.tenants import add_tenants_command
 
     add_generate_command(sub)
     add_serve_command(sub)
+    add_tenants_command(sub)
     return parser
 
 

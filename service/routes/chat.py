@@ -13,6 +13,7 @@ from service.deps import RuntimeDep
 from service.errors import ApiError
 from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest
+from service.tenants.access import caller_of
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
 
@@ -75,5 +76,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages
-    prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages")
+    prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages",
+                       caller=caller_of(request))
     return await respond(runtime, request, prepared, ChatShape(), ENDPOINT)

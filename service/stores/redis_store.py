@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import redis
 from redis.exceptions import RedisError, WatchError
 
 from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
@@ -243,3 +244,9 @@ class RedisStore:
 
     def close(self) -> None:
         self._redis.close()
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client (its connection pool, timeouts and retries), shared by what lives beside the lists:
+        tenant records and rate-limit counters (:mod:`service.tenants`)."""
+        return self._redis

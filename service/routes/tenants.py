@@ -1,0 +1,192 @@
+"""The tenant admin API: create, read, list, change the policy, rotate and revoke keys, delete; the tenant
+audit log. Every route needs the admin bearer token (:func:`service.auth.require_admin`) and every change is
+audited with the admin token's id, as list edits are. A key is in the answer to a create or a rotate only,
+once; the store keeps its SHA-256.
+
+A rotate or revoke takes effect on every replica when it is acknowledged: requests look their key up in the
+store each time (:mod:`service.tenants.access`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+
+from service.auth import require_admin
+from service.deps import RuntimeDep
+from service.errors import ApiError
+from service.runtime import Runtime
+from service.schemas.tenants import TenantAuditLog, TenantAuditOut, TenantIn, TenantIndex, TenantOut, TenantWithKey
+from service.stores.store import NAME_PATTERN, StoreUnavailable, WriteConflict
+from service.tenants.access import Tenants
+from service.tenants.keys import key_hash, new_key
+from service.tenants.labels import RESERVED_NAMES
+from service.tenants.policy import TenantPolicy
+from service.tenants.store import TenantChange, TenantRecord
+
+_ERRORS = {
+    401: {"description": "No bearer token."},
+    403: {"description": "Wrong token, or the admin API is disabled (GUARDRAIL_ADMIN_TOKEN unset)."},
+    503: {"description": "The store does not answer."},
+}
+_NOT_FOUND = {404: {"description": "No such tenant."}}
+router = APIRouter(tags=["tenants"], responses=_ERRORS)
+
+TokenId = Annotated[str, Depends(require_admin)]
+TenantName = Annotated[str, Path(pattern=NAME_PATTERN, description="The tenant's name.")]
+
+
+class _NotFound(Exception):
+    pass
+
+
+class _Exists(Exception):
+    pass
+
+
+def _tenants(request: Request) -> Tenants:
+    return request.app.state.tenants
+
+
+TenantsDep = Annotated[Tenants, Depends(_tenants)]
+
+
+@contextmanager
+def _store_errors(name: str | None = None) -> Iterator[None]:
+    """Translate store errors (and the routes' own aborts) into HTTP answers."""
+    try:
+        yield
+    except _NotFound:
+        raise ApiError(404, f"tenant {name!r} does not exist", param="name", code="tenant_not_found") from None
+    except _Exists:
+        raise ApiError(409, f"tenant {name!r} exists; rotate its key or change its policy instead", param="name",
+                       code="tenant_exists") from None
+    except WriteConflict as exc:
+        raise ApiError(409, str(exc), param="name", code="write_conflict", headers={"Retry-After": "1"}) from None
+    except StoreUnavailable as exc:
+        raise ApiError(503, f"tenant store unavailable ({exc}); nothing was changed", code="store_unavailable",
+                       headers={"Retry-After": "1"}) from None
+
+
+def _check_lists(runtime: Runtime, policy: TenantPolicy, param: str) -> None:
+    """Every list the policy names exists now (a typo would otherwise fail each of the tenant's requests).
+
+    Raises:
+        ApiError: 400 naming ``<param>.<field>.<index>``.
+    """
+    for field in ("default_wordlists", "allowed_wordlists", "required_wordlists"):
+        for index, name in enumerate(getattr(policy, field) or []):
+            if runtime.catalog.get(name) is None:
+                raise ApiError(400, f"word list {name!r} does not exist", param=f"{param}{field}.{index}",
+                               code="wordlist_not_found")
+
+
+@router.get("/admin/tenants", response_model=TenantIndex, summary="List the tenants (never their keys)")
+def list_tenants(_: TokenId, tenants: TenantsDep) -> TenantIndex:
+    with _store_errors():
+        records = tenants.store.all()
+    return TenantIndex(data=[TenantOut.of(r) for r in records])
+
+
+@router.post("/admin/tenants", response_model=TenantWithKey, status_code=201,
+             summary="Create a tenant; the answer holds its API key, shown this once",
+             responses={409: {"description": "The tenant exists."}})
+def create_tenant(body: TenantIn, token_id: TokenId, tenants: TenantsDep, runtime: RuntimeDep) -> TenantWithKey:
+    if body.name in RESERVED_NAMES:
+        raise ApiError(400, f"{body.name!r} is reserved (a metrics label of its own)", param="name",
+                       code="invalid_value")
+    _check_lists(runtime, body.policy, "policy.")
+    key = new_key()
+
+    def compute(current: TenantRecord | None) -> TenantChange:
+        if current is not None:
+            raise _Exists
+        return TenantChange(TenantRecord(body.name, body.policy, key_hash(key)), "create")
+
+    with _store_errors(body.name):
+        record = tenants.store.write(body.name, compute, token_id)
+    assert record is not None
+    return TenantWithKey(**TenantOut.of(record).model_dump(), api_key=key)
+
+
+@router.get("/admin/tenants/{name}", response_model=TenantOut, summary="Read a tenant", responses=_NOT_FOUND)
+def get_tenant(name: TenantName, _: TokenId, tenants: TenantsDep) -> TenantOut:
+    with _store_errors(name):
+        record = tenants.store.get(name)
+        if record is None:
+            raise _NotFound
+    return TenantOut.of(record)
+
+
+@router.put("/admin/tenants/{name}/policy", response_model=TenantOut, summary="Replace a tenant's policy",
+            responses=_NOT_FOUND)
+def put_policy(name: TenantName, body: TenantPolicy, token_id: TokenId, tenants: TenantsDep,
+               runtime: RuntimeDep) -> TenantOut:
+    _check_lists(runtime, body, "")
+
+    def compute(current: TenantRecord | None) -> TenantChange:
+        if current is None:
+            raise _NotFound
+        return TenantChange(TenantRecord(name, body, current.key_hash), "update")
+
+    with _store_errors(name):
+        record = tenants.store.write(name, compute, token_id)
+    assert record is not None
+    return TenantOut.of(record)
+
+
+@router.post("/admin/tenants/{name}/rotate", response_model=TenantWithKey,
+             summary="Issue a new key (shown this once); the old one is refused at once", responses=_NOT_FOUND)
+def rotate_key(name: TenantName, token_id: TokenId, tenants: TenantsDep) -> TenantWithKey:
+    key = new_key()
+
+    def compute(current: TenantRecord | None) -> TenantChange:
+        if current is None:
+            raise _NotFound
+        return TenantChange(TenantRecord(name, current.policy, key_hash(key)), "rotate")
+
+    with _store_errors(name):
+        record = tenants.store.write(name, compute, token_id)
+    assert record is not None
+    return TenantWithKey(**TenantOut.of(record).model_dump(), api_key=key)
+
+
+@router.post("/admin/tenants/{name}/revoke", response_model=TenantOut,
+             summary="Revoke the tenant's key at once (the tenant and its policy stay; rotate issues a new key)",
+             responses=_NOT_FOUND)
+def revoke_key(name: TenantName, token_id: TokenId, tenants: TenantsDep) -> TenantOut:
+    def compute(current: TenantRecord | None) -> TenantChange | None:
+        if current is None:
+            raise _NotFound
+        if current.key_hash is None:
+            return None  # already revoked: nothing to change, nothing to audit
+        return TenantChange(TenantRecord(name, current.policy, None), "revoke")
+
+    with _store_errors(name):
+        record = tenants.store.write(name, compute, token_id)
+    assert record is not None
+    return TenantOut.of(record)
+
+
+@router.delete("/admin/tenants/{name}", status_code=204, summary="Delete a tenant and its key",
+               responses=_NOT_FOUND)
+def delete_tenant(name: TenantName, token_id: TokenId, tenants: TenantsDep) -> Response:
+    def compute(current: TenantRecord | None) -> TenantChange:
+        if current is None:
+            raise _NotFound
+        return TenantChange(None, "delete")
+
+    with _store_errors(name):
+        tenants.store.write(name, compute, token_id)
+    return Response(status_code=204)
+
+
+@router.get("/admin/audit/tenants", response_model=TenantAuditLog, summary="Tenant changes, newest first")
+def tenant_audit(_: TokenId, tenants: TenantsDep,
+                 limit: Annotated[int, Query(ge=1, le=1000, description="Records to return.")] = 100) -> TenantAuditLog:
+    with _store_errors():
+        records = tenants.store.audit(limit)
+    return TenantAuditLog(data=[TenantAuditOut.of(r) for r in records])

@@ -1,0 +1,155 @@
+"""Who is calling ``/v1`` and what they may do: the tenant of a request's API key (or the anonymous
+policy), its rate limits, and the tenant directory built once per process.
+
+A bearer token written as a tenant key (``grk_…``) must be a live key: unknown, rotated away or revoked is a
+401. Without a token, or with any other token (the official ``openai`` client always sends one), the request
+gets the anonymous policy, unless ``GUARDRAIL_ALLOW_ANONYMOUS=false`` (401) or ``GUARDRAIL_API_KEYS`` is set
+(then the token must be one of those, which get the anonymous policy, as before tenants existed).
+
+Keys are looked up in the store on every request (one Redis round trip per request with Redis, off the event
+loop: the dependency is synchronous, FastAPI runs it in its thread pool), never cached, so a revoked key is
+refused by every replica from the moment the revoke is acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from service.auth import matches_any
+from service.errors import ApiError
+from service.settings import Settings
+from service.stores.store import StoreUnavailable, WordListStore
+from service.tenants.keys import is_tenant_key, key_hash
+from service.tenants.labels import ANONYMOUS, TenantLabels
+from service.tenants.policy import ANONYMOUS_POLICY, TenantPolicy
+from service.tenants.ratelimit import RateLimits
+from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantStore
+
+log = logging.getLogger("guardrail.service.tenants")
+
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The client of one request.
+
+    Attributes:
+        tenant: the tenant's name, or ``"anonymous"``.
+        label: the ``tenant`` label of its metrics (bounded: :mod:`service.tenants.labels`).
+        policy: what it may do (rate limits included; the anonymous ones come from the settings).
+    """
+
+    tenant: str
+    label: str
+    policy: TenantPolicy
+
+    @property
+    def anonymous(self) -> bool:
+        return self.tenant == ANONYMOUS
+
+
+def caller_of(request: Request) -> Caller | None:
+    """The caller :func:`service.auth.require_client` identified for this request (None on other routes)."""
+    return getattr(request.state, "caller", None)
+
+
+def rate_limited(retry_after_s: int, what: str) -> ApiError:
+    """The 429 of a rate limit (OpenAI's ``rate_limit_exceeded``), with ``Retry-After``."""
+    return ApiError(429, f"Rate limit reached: {what}. Retry after {retry_after_s} s.", code="rate_limit_exceeded",
+                    headers={"Retry-After": str(retry_after_s)})
+
+
+class Tenants:
+    """The tenant directory, rate limits and metric labels of one process.
+
+    Args:
+        settings: ``allow_anonymous``, ``anonymous_*_per_minute``, ``tenant_metric_labels``.
+        store: the word-list store; tenants live beside it (Redis, or files in its data directory).
+        store_up: whether the store answered at its last poll (the catalog's health).
+    """
+
+    def __init__(self, settings: Settings, store: WordListStore, store_up: Callable[[], bool]) -> None:
+        self.settings = settings
+        client = getattr(store, "client", None)
+        self.store: TenantStore
+        if store.kind == "redis" and client is not None:
+            self.store = RedisTenantStore(client, settings.redis_prefix, settings.audit_max_records)
+        else:
+            self.store = EmbeddedTenantStore(settings.data_dir, settings.audit_max_records)
+        self.limits = RateLimits(client if store.kind == "redis" else None, settings.redis_prefix, store_up)
+        self.labels = TenantLabels(settings.tenant_metric_labels)
+        # Only a shared store can be down; while it is known to be, a key is refused at once (no timeout wait).
+        self._store_up = store_up if isinstance(self.store, RedisTenantStore) else (lambda: True)
+        self.anonymous = Caller(ANONYMOUS, ANONYMOUS, ANONYMOUS_POLICY)
+
+    # -- who is calling ----------------------------------------------------------------------------
+    def identify(self, token: str | None) -> Caller:
+        """The caller presenting ``token`` (the bearer token, None without one).
+
+        Raises:
+            ApiError: 401 ``invalid_api_key`` for a tenant key that is not live, or a missing/other token
+                when anonymous requests are off; 503 when the store cannot be asked about a tenant key.
+        """
+        if token is not None and is_tenant_key(token):
+            try:
+                if not self._store_up():
+                    raise StoreUnavailable("the store did not answer at its last poll")
+                record = self.store.by_key_hash(key_hash(token))
+            except StoreUnavailable as exc:
+                raise ApiError(503, f"the tenant store is unavailable ({exc}); retry", code="store_unavailable",
+                               headers={"Retry-After": "1"}) from None
+            if record is None:
+                raise ApiError(401, "Incorrect API key: unknown, rotated or revoked.", code="invalid_api_key",
+                               headers=_CHALLENGE)
+            return Caller(record.name, self.labels.label(record.name), record.policy)
+        static = self.settings.api_keys
+        if static:
+            if token is None or not matches_any(token, static):
+                raise ApiError(401, "Incorrect or missing API key.", code="invalid_api_key", headers=_CHALLENGE)
+            return self.anonymous
+        if not self.settings.allow_anonymous:
+            raise ApiError(401, "An API key is required (Authorization: Bearer <key>); anonymous requests are "
+                           "disabled on this server.", code="invalid_api_key", headers=_CHALLENGE)
+        return self.anonymous
+
+    # -- rate limits -------------------------------------------------------------------------------
+    def _limits(self, caller: Caller) -> tuple[int | None, int | None]:
+        if caller.anonymous:
+            return (self.settings.anonymous_requests_per_minute or None,
+                    self.settings.anonymous_tokens_per_minute or None)
+        return caller.policy.requests_per_minute, caller.policy.tokens_per_minute
+
+    def admit_request(self, caller: Caller) -> None:
+        """Count one request of ``caller`` (blocking: call it off the event loop).
+
+        Raises:
+            ApiError: 429 with ``Retry-After`` over ``requests_per_minute``.
+        """
+        per_minute = self._limits(caller)[0]
+        if per_minute is not None:
+            wait = self.limits.hit_request(caller.tenant, per_minute)
+            if wait is not None:
+                raise rate_limited(wait, f"{per_minute} requests per minute")
+
+    def admit_tokens(self, caller: Caller, tokens: int) -> None:
+        """Count ``tokens`` (prompt + n x max_tokens) of ``caller`` (blocking: call it off the event loop).
+
+        Raises:
+            ApiError: 400 naming ``max_tokens`` when the request alone needs more than ``tokens_per_minute``
+                (it could never pass), 429 with ``Retry-After`` when the last minute's tokens leave no room.
+        """
+        per_minute = self._limits(caller)[1]
+        if per_minute is None:
+            return
+        if tokens > per_minute:
+            raise ApiError(400, f"the request needs {tokens} tokens (prompt + n x max_tokens), more than this API "
+                           f"key's {per_minute} tokens per minute; lower max_tokens", param="max_tokens",
+                           code="invalid_value")
+        wait = self.limits.hit_tokens(caller.tenant, per_minute, tokens)
+        if wait is not None:
+            raise rate_limited(wait, f"{per_minute} tokens per minute")
