@@ -6,7 +6,8 @@ Each client loops over a mix of requests (weights in :data:`MIX`):
 - ``terms``: the same with two random request terms (``banned_terms``) drawn from :data:`TERM_POOL`;
 - ``cancel``: a stream the client closes after its first content chunk (the service must abort it);
 - ``bad``: a request with an invalid field, which must be answered 400 naming it (an intended error);
-- ``tenant``: with ``--api-key`` given, a request sent with that key (a tenant's policy).
+- ``tenant``: a request sent with a tenant's API key (``--api-key``; when the soak starts the service itself it
+  creates a tenant ``soak`` through the admin API, default lists ``en`` + ``de``, 600 requests per minute).
 
 Every streamed prefix is judged by the contract's own matcher (:class:`~guardrail.matching.textmatch.TextMatcher`
 over the lists in effect, at the service's default obfuscation level): a prefix in which it finds a term is a
@@ -64,6 +65,7 @@ TERM_POOL = ["the", "robot", "paint", "rain", "city", "wheel", "water", "cloud",
              "cook", "salt", "boots", "tent", "animal", "dog", "cat", "very", "beautiful", "because", "little"]
 MIX = {"stored": 4, "terms": 4, "cancel": 1, "bad": 1}
 MAX_TOKENS = 64
+ADMIN_TOKEN = "soak-admin-token"
 
 
 @dataclass
@@ -82,14 +84,15 @@ class Judge:
     """The contract's matcher per set of request terms (the default list's matcher built once)."""
 
     def __init__(self) -> None:
-        self.default = bundled_wordlist("en")
-        self._matchers: dict[tuple[str, ...], TextMatcher] = {}
+        self._lists = {name: bundled_wordlist(name) for name in ("en", "de")}
+        self._matchers: dict[tuple[object, ...], TextMatcher] = {}
 
-    def matcher(self, terms: tuple[str, ...]) -> TextMatcher:
-        found = self._matchers.get(terms)
+    def matcher(self, terms: tuple[str, ...], lists: tuple[str, ...] = ("en",)) -> TextMatcher:
+        key = (lists, terms)
+        found = self._matchers.get(key)
         if found is None:
-            lists = [self.default, *([wordlist_from_terms(list(terms))] if terms else [])]
-            found = self._matchers[terms] = TextMatcher(lists, obfuscation=DEFAULT_OBFUSCATION)
+            wordlists = [self._lists[n] for n in lists] + ([wordlist_from_terms(list(terms))] if terms else [])
+            found = self._matchers[key] = TextMatcher(wordlists, obfuscation=DEFAULT_OBFUSCATION)
         return found
 
 
@@ -108,7 +111,7 @@ async def one_request(client: httpx.AsyncClient, base: str, kind: str, judge: Ju
     started = time.perf_counter()
     first: float | None = None
     text, done = "", False
-    matcher = judge.matcher(terms)
+    matcher = judge.matcher(terms, TENANT_LISTS if headers else ("en",))
     async with client.stream("POST", f"{base}/v1/chat/completions", json=body, headers=headers) as response:
         if kind == "bad":
             detail = (await response.aread()).decode(errors="replace")
@@ -159,6 +162,18 @@ async def client_loop(index: int, base: str, deadline: float, judge: Judge, tall
                 await one_request(client, base, kind, judge, tally, rng, api_key)
             except httpx.HTTPError as error:
                 tally.errors.append({"kind": kind, "error": f"{type(error).__name__}: {error}"})
+
+
+TENANT_LISTS = ("en", "de")
+
+
+def create_tenant(base: str) -> str:
+    """Create the tenant ``soak`` through the admin API; its key."""
+    response = httpx.post(f"{base}/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30,
+                          json={"name": "soak", "policy": {"default_wordlists": list(TENANT_LISTS),
+                                                           "requests_per_minute": 600}})
+    response.raise_for_status()
+    return response.json()["api_key"]
 
 
 def rss_bytes(pid: int) -> int:
@@ -215,8 +230,9 @@ def main() -> None:
         print(json.dumps(asyncio.run(soak(args.url.rstrip("/"), None, args)), indent=1))
         return
     with tempfile.TemporaryDirectory() as data_dir:
-        process, base = start_service(data_dir)
+        process, base = start_service(data_dir, {"GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN})
         try:
+            args.api_key = args.api_key or create_tenant(base)
             result = asyncio.run(soak(base, process.pid, args))
         finally:
             process.terminate()
