@@ -7,11 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import GENERATION_ERRORS, ChoiceResult, ResponseIdentity, prepare, prompt_token_ids, respond
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -25,28 +24,27 @@ class CompletionShape:
     id_prefix = "cmpl"
 
     @staticmethod
-    def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None) -> dict[str, Any]:
-        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-                "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}]}
+    def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason, **extra}
+        return {**c.head("text_completion"), "choices": [choice]}
 
     def first_chunk(self, c: ResponseIdentity, index: int) -> None:
         return None
 
-    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]:
-        return self._chunk(c, index, text, None)
+    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]:
+        return [self._chunk(c, index, text, None)]
 
-    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
-        return self._chunk(c, index, "", reason)
+    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
+        return [self._chunk(c, index, "", result.finish.reason, guardrail=result.guardrail)]
 
     def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
-        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-                "choices": [], "usage": usage}
+        return {**c.head("text_completion"), "choices": [], "usage": usage}
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]:
+    def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         return {
-            "id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-            "choices": [{"index": i, "text": f.text, "logprobs": None, "finish_reason": f.reason}
-                        for i, f in enumerate(finishes)],
+            **c.head("text_completion"),
+            "choices": [{"index": i, "text": r.finish.text, "logprobs": None, "finish_reason": r.finish.reason,
+                         "guardrail": r.guardrail} for i, r in enumerate(results)],
             "usage": usage,
         }
 
