@@ -42,7 +42,7 @@ def load_chat_template(spec: str) -> str:
 def renders_tools(template: str | None) -> bool:
     """Whether a chat template reads the ``tools`` variable (a template that does not would silently drop
     the request's tools)."""
-    return bool(template) and "tools" in template
+    return template is not None and "tools" in template
 
 
 def _check_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

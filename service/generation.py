@@ -383,7 +383,7 @@ async def _prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> Asyn
         yield item
 
 
-async def _keepalive(events: AsyncIterator[ChoiceEvent], interval_s: float) -> AsyncIterator[ChoiceEvent | None]:
+async def with_keepalive(events: AsyncIterator[ChoiceEvent], interval_s: float) -> AsyncIterator[ChoiceEvent | None]:
     """``events``, with ``None`` whenever ``interval_s`` seconds pass without one (0: never). The pending
     ``anext`` is awaited through a task, so a timeout does not cancel (and so close) the generator."""
     pending: asyncio.Future[ChoiceEvent] | None = None
@@ -430,7 +430,7 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
 
     try:
         try:
-            async for item in _keepalive(_prepend(first, events), prepared.keepalive_s):
+            async for item in with_keepalive(_prepend(first, events), prepared.keepalive_s):
                 if item is None:
                     yield SSE_KEEPALIVE
                     continue

@@ -1,14 +1,23 @@
 """Tool calls without a model: the parsers, the streamed split of content and calls, the bundled Hermes chat
-template through the real SmolLM2 tokenizer, and the chat request's tool fields."""
+template through the real SmolLM2 tokenizer, which template a tool request gets, the chat request's tool fields,
+and the SSE keep-alive."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
+from pydantic import ValidationError
 
 from guardrail.prompts import load_chat_template, prompt_ids, renders_tools
+from service.errors import ApiError
+from service.generation import with_keepalive
+from service.routes.chat import chat_template_for
 from service.schemas.generation import ChatCompletionRequest
+from service.settings import Settings
 from service.tool_calls import HermesParser, JsonParser, ToolCallStream, forced_prefix, parse_answer
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.",
@@ -126,3 +135,48 @@ def test_chat_requests_accept_tool_fields_and_name_the_ignored_ones():
     assert body.messages[1].role == "tool" and body.messages[0].tool_calls is not None
     assert body.unsupported_field() is None
     assert body.ignored_fields() == ["metadata", "reasoning_effort", "store"]
+
+
+def test_tools_use_the_hermes_template_on_chatml_models_and_are_a_400_where_none_renders_them(
+        smollm2_tokenizer, gemma3_tokenizer):
+    # The route reads only these two attributes of the runtime; a real one would load the model.
+    smollm2 = SimpleNamespace(settings=Settings(chat_template=None), tokenizer=smollm2_tokenizer)
+    assert chat_template_for(smollm2, with_tools=True) == load_chat_template("hermes")
+    assert chat_template_for(smollm2, with_tools=False) is None  # the tokenizer's own
+    base = SimpleNamespace(settings=Settings(chat_template=None), tokenizer=gemma3_tokenizer)
+    with pytest.raises(ApiError) as refused:
+        chat_template_for(base, with_tools=True)
+    assert (refused.value.status, refused.value.param) == (400, "tools")
+    configured = SimpleNamespace(settings=Settings(chat_template="hermes"), tokenizer=gemma3_tokenizer)
+    assert chat_template_for(configured, with_tools=True) == load_chat_template("hermes")
+
+
+def test_a_bad_chat_template_setting_is_refused_naming_it():
+    with pytest.raises(ValidationError, match="chat_template"):
+        Settings(chat_template="no-such-template")
+
+
+async def _collect(items: AsyncIterator[object], interval_s: float, gate: asyncio.Event) -> list[object]:
+    seen = []
+    async for item in with_keepalive(items, interval_s):
+        seen.append(item)
+        gate.set()  # the first keep-alive (if any) opens the gate
+    return seen
+
+
+def test_keepalive_marks_silences_and_loses_no_event():
+    async def run(interval_s: float) -> list[object]:
+        gate = asyncio.Event()
+
+        async def events() -> AsyncIterator[object]:
+            await gate.wait()
+            yield "a"
+            yield "b"
+
+        if interval_s == 0:
+            gate.set()
+        return await _collect(events(), interval_s, gate)
+
+    silent = asyncio.run(run(0.01))
+    assert silent[0] is None and [item for item in silent if item is not None] == ["a", "b"]
+    assert asyncio.run(run(0)) == ["a", "b"]

@@ -137,7 +137,7 @@ def _template(spec: str) -> str:
     return load_chat_template(spec)
 
 
-def _chat_template(runtime: Runtime, with_tools: bool) -> str | None:
+def chat_template_for(runtime: Runtime, with_tools: bool) -> str | None:
     """The template to render with (None: the tokenizer's own).
 
     Raises:
@@ -207,7 +207,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     tools, extra_stop = _tool_use(runtime, body)
     tool_list = [t.model_dump(exclude_none=True) for t in body.tools] if tools is not None and body.tools else None
     prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages, tools=tool_list,
-                                        chat_template=_chat_template(runtime, tool_list is not None),
+                                        chat_template=chat_template_for(runtime, tool_list is not None),
                                         assistant_prefix=tools.prefix if tools is not None else "")
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if tool_list:
