@@ -312,7 +312,7 @@ def submit(runtime: Runtime, prepared: Prepared) -> Job:
                        code="queue_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
 
 
-async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
+async def while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
     """Await ``work``; if the client disconnects meanwhile, cancel the job (``work`` then ends soon, as
     the job's events do)."""
     task = asyncio.ensure_future(work)
@@ -328,10 +328,10 @@ async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
             task.cancel()
 
 
-async def _results(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[ChoiceResult]:
+async def collect_results(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[ChoiceResult]:
     results: dict[int, ChoiceResult] = {}
     records: dict[int, GuardRecord] = {}
-    async for item in _prepend(first, events):
+    async for item in prepend(first, events):
         event = item.event
         if isinstance(event, Rollback):
             records.setdefault(item.index, GuardRecord()).add(event)
@@ -340,12 +340,19 @@ async def _results(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> li
     return [results[i] for i in sorted(results)]
 
 
+#: What writes a stream's SSE body: (first event, the other events, shape, identity, request, a callback for
+#: the first released text, job) -> the body's lines. :func:`_sse` writes chat and completions chunks.
+Streamer = Callable[[ChoiceEvent, AsyncIterator[ChoiceEvent], "ResponseShape", ResponseIdentity, Prepared,
+                     Callable[[], None], Job], AsyncIterator[str]]
+
+
 async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape: ResponseShape,
-                  endpoint: str) -> Any:
+                  endpoint: str, streamer: Streamer | None = None) -> Any:
     """Run a prepared request and answer it (JSON body, or SSE when ``stream`` was asked).
 
     The response starts only once the generation has produced its first event, so that a request the
-    decoder refuses is still answered with a 4xx, not a stream.
+    decoder refuses is still answered with a 4xx, not a stream. ``streamer``: the SSE body's writer (default:
+    chat and completions chunks, then ``[DONE]``).
     """
     started = getattr(request.state, "started_at", time.perf_counter())
     completion = ResponseIdentity.new(shape.id_prefix, runtime.model_id)
@@ -353,15 +360,16 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     events = job.events()
     streaming = False
     try:
-        first = await _while_connected(anext(events, None), job, request)
+        first = await while_connected(anext(events, None), job, request)
         if first is None:  # cancelled while queued: the client is gone, nobody reads this
             raise ApiError(499, "client closed the request", code="cancelled")
         if prepared.stream:
-            stream = _sse(first, events, shape, completion, prepared, lambda: runtime.metrics.time_to_first_token
-                          .labels(endpoint).observe(time.perf_counter() - started), job)
+            ttft = runtime.metrics.time_to_first_token.labels(endpoint)
+            stream = (streamer or _sse)(first, events, shape, completion, prepared,
+                                        lambda: ttft.observe(time.perf_counter() - started), job)
             streaming = True
             return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
-        results = await _while_connected(_results(first, events), job, request)
+        results = await while_connected(collect_results(first, events), job, request)
     except GenerationRejected as exc:
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
     except GenerationFailed as exc:
@@ -377,7 +385,7 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     return shape.body(completion, results, total.to_dict())
 
 
-async def _prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
+async def prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
     yield first
     async for item in rest:
         yield item
@@ -430,7 +438,7 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
 
     try:
         try:
-            async for item in with_keepalive(_prepend(first, events), prepared.keepalive_s):
+            async for item in with_keepalive(prepend(first, events), prepared.keepalive_s):
                 if item is None:
                     yield SSE_KEEPALIVE
                     continue
