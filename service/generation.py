@@ -99,6 +99,20 @@ class GuardRecord:
         return {"rollbacks": finish.usage.rollbacks, "lists": dict(self.lists), "filtered_by": finish.filtered_by}
 
 
+def guard_headers(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Response headers of a non-streamed answer saying why it was changed, summed over its choices'
+    ``guardrail`` records: ``Guardrail-Rollbacks: en=2, request=1`` (``0`` when none) and, when a choice ended
+    with ``content_filter`` because of a list, ``Guardrail-Filtered-By: en`` (list names, never terms)."""
+    lists: Counter[str] = Counter()
+    for record in records:
+        lists.update(record["lists"])
+    headers = {"Guardrail-Rollbacks": ", ".join(f"{name}={count}" for name, count in sorted(lists.items())) or "0"}
+    filtered = sorted({r["filtered_by"] for r in records if r["filtered_by"]})
+    if filtered:
+        headers["Guardrail-Filtered-By"] = ", ".join(filtered)
+    return headers
+
+
 @dataclass(frozen=True)
 class ChoiceResult:
     """A finished choice: its last event and its guard record."""

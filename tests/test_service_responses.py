@@ -38,9 +38,11 @@ def test_a_streamed_response_sends_the_events_in_order_and_the_same_text(openai_
 
 
 def test_the_guard_applies_to_responses(openai_client):
-    response = openai_client.responses.create(**ASK, extra_body={"banned_terms": ["Paris"]})
+    raw = openai_client.responses.with_raw_response.create(**ASK, extra_body={"banned_terms": ["Paris"]})
+    response = raw.parse()
     assert "paris" not in response.output_text.lower()
-    assert response.model_extra["guardrail"]["lists"]["request"] >= 1
+    rollbacks = response.model_extra["guardrail"]["lists"]["request"]
+    assert rollbacks >= 1 and raw.headers["Guardrail-Rollbacks"] == f"request={rollbacks}"
 
 
 def test_a_response_cut_by_max_output_tokens_is_incomplete(openai_client):

@@ -116,11 +116,13 @@ def test_inconsistent_tool_fields_are_a_400_naming_the_field(service, body, para
     assert response.json()["error"]["param"] == param
 
 
-def test_a_content_filter_names_the_list_that_caused_it(openai_client):
-    answer = openai_client.chat.completions.create(**GREEDY, extra_body={"banned_terms": ["Paris"], "max_rollbacks": 0})
-    choice = answer.choices[0]
+def test_a_content_filter_names_the_list_that_caused_it_in_the_choice_and_the_headers(openai_client):
+    raw = openai_client.chat.completions.with_raw_response.create(
+        **GREEDY, extra_body={"banned_terms": ["Paris"], "max_rollbacks": 0})
+    choice = raw.parse().choices[0]
     assert choice.finish_reason == "content_filter"
     assert choice.model_extra["guardrail"] == {"rollbacks": 1, "lists": {}, "filtered_by": "request"}
+    assert raw.headers["Guardrail-Filtered-By"] == "request" and raw.headers["Guardrail-Rollbacks"] == "0"
 
 
 def test_stream_chunks_carry_usage_null_a_fingerprint_and_the_record_on_the_finish(service):

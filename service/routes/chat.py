@@ -7,14 +7,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
 from guardrail.prompts import load_chat_template, renders_tools
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ChoiceResult, ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import (
+    GENERATION_ERRORS,
+    ChoiceResult,
+    ResponseIdentity,
+    guard_headers,
+    prepare,
+    prompt_token_ids,
+    respond,
+)
 from service.runtime import Runtime
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest, ChatMessage, NamedToolChoice
 from service.tool_calls import PARSERS, ToolCall, ToolCallParser, ToolCallStream, forced_prefix, parse_answer
@@ -200,7 +208,7 @@ def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> tuple[ToolUse | 
                **GENERATION_ERRORS},
     summary="Chat completion with banned terms enforced during decoding",
 )
-async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+async def create_chat_completion(body: ChatCompletionRequest, request: Request, response: Response,
                                  runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     _reject_unsupported(body)
     messages = [_message(m) for m in body.messages]
@@ -216,4 +224,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
         fields["prompt"] = messages
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages",
                        extra_stop=extra_stop)
-    return await respond(runtime, request, prepared, ChatShape(tools), ENDPOINT)
+    answer = await respond(runtime, request, prepared, ChatShape(tools), ENDPOINT)
+    if isinstance(answer, dict):
+        response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
+    return answer

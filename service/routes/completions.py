@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ChoiceResult, ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import (
+    GENERATION_ERRORS,
+    ChoiceResult,
+    ResponseIdentity,
+    guard_headers,
+    prepare,
+    prompt_token_ids,
+    respond,
+)
 from service.schemas.generation import CompletionRequest, TextCompletion
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -65,7 +73,7 @@ def _reject_unsupported(body: CompletionRequest) -> None:
                **GENERATION_ERRORS},
     summary="Text completion of a raw prompt with banned terms enforced during decoding",
 )
-async def create_completion(body: CompletionRequest, request: Request,
+async def create_completion(body: CompletionRequest, request: Request, response: Response,
                             runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     _reject_unsupported(body)
     prompt = body.prompt
@@ -81,4 +89,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = prompt
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt")
-    return await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)
+    answer = await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)
+    if isinstance(answer, dict):
+        response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
+    return answer

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,7 @@ from service.generation import (
     Prepared,
     ResponseIdentity,
     UsageTotal,
+    guard_headers,
     prepare,
     prepend,
     prompt_token_ids,
@@ -207,7 +208,7 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
                      "stream=true"}, **GENERATION_ERRORS},
     summary="Responses API (text) with banned terms enforced during decoding",
 )
-async def create_response(body: ResponsesRequest, request: Request,
+async def create_response(body: ResponsesRequest, request: Request, response: Response,
                           runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     for name in _REFUSED:
         if (body.model_extra or {}).get(name) not in (None, [], "", False):
@@ -222,4 +223,7 @@ async def create_response(body: ResponsesRequest, request: Request,
         fields["prompt"] = messages
     prepared = prepare(runtime, body, prompt_ids, body.max_output_tokens or body.max_tokens, fields,
                        prompt_param="input")
-    return await respond(runtime, request, prepared, ResponsesShape(body), ENDPOINT, response_events)
+    answer = await respond(runtime, request, prepared, ResponsesShape(body), ENDPOINT, response_events)
+    if isinstance(answer, dict):
+        response.headers.update(guard_headers([answer["guardrail"]]))
+    return answer
