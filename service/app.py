@@ -19,7 +19,7 @@ from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.observability import BodyLimitMiddleware, ObservabilityMiddleware
-from service.routes import admin, chat, check, completions, health, models, tenants, watermark
+from service.routes import admin, chat, check, completions, health, models, responses, tenants, watermark
 from service.settings import Settings
 from service.tenants.access import Tenants
 
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    for router in (chat.router, completions.router, models.router, check.router, watermark.router,
+    for router in (chat.router, completions.router, responses.router, models.router, check.router, watermark.router,
                    admin.router, tenants.router, health.router):
         app.include_router(router)
     # Added last = outermost: the body limit answers before anything reads the body.

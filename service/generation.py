@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
+import logging
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from jinja2 import TemplateError
 from starlette.concurrency import run_in_threadpool
 
-from guardrail.guard.events import Finish, TextDelta, Usage
+import guardrail
+from guardrail.guard.events import Finish, Rollback, TextDelta, Usage
 from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
@@ -42,9 +47,13 @@ from service.worker import (
     ServerShuttingDown,
 )
 
+log = logging.getLogger("guardrail.service")
+
 SSE_DONE = "data: [DONE]\n\n"
 #: ``error.code`` of a request refused or ended because the process drains (503).
 SHUTTING_DOWN = "server_shutting_down"
+#: An SSE comment: clients ignore it, idle proxies see traffic (sent while the guard holds text back).
+SSE_KEEPALIVE = ": keep-alive\n\n"
 #: The error answers of both generation routes (OpenAPI ``responses``); 400 is added for every route.
 GENERATION_ERRORS = documented_errors(
     e401="Unknown, rotated or revoked API key; or none when anonymous requests are off or GUARDRAIL_API_KEYS is set.",
@@ -66,6 +75,13 @@ def sse_event(payload: dict[str, Any]) -> str:
     return "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
 
+@functools.cache
+def system_fingerprint(model: str) -> str:
+    """OpenAI's ``system_fingerprint``: names the backend configuration (the served model and this package's
+    version), so that a client can tell when answers may change for reasons other than the request."""
+    return "fp_" + hashlib.sha256(f"{model}:{guardrail.__version__}".encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class ResponseIdentity:
     """Identity of one response: shared by all its chunks."""
@@ -73,10 +89,52 @@ class ResponseIdentity:
     id: str
     created: int
     model: str
+    system_fingerprint: str = ""
 
     @classmethod
     def new(cls, prefix: str, model: str) -> ResponseIdentity:
-        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
+        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model, system_fingerprint(model))
+
+    def head(self, kind: str) -> dict[str, Any]:
+        """The fields every body and chunk of this response begins with."""
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": self.system_fingerprint}
+
+
+@dataclass
+class GuardRecord:
+    """Why one choice's answer was changed or cut: rollbacks by word list and the list that ended it with
+    ``content_filter`` (the ``guardrail`` field of a choice; names and counts, never the terms)."""
+
+    lists: Counter[str] = field(default_factory=Counter)
+
+    def add(self, rollback: Rollback) -> None:
+        self.lists[rollback.list_name] += 1
+
+    def to_dict(self, finish: Finish) -> dict[str, Any]:
+        return {"rollbacks": finish.usage.rollbacks, "lists": dict(self.lists), "filtered_by": finish.filtered_by}
+
+
+def guard_headers(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Response headers of a non-streamed answer saying why it was changed, summed over its choices'
+    ``guardrail`` records: ``Guardrail-Rollbacks: en=2, request=1`` (``0`` when none) and, when a choice ended
+    with ``content_filter`` because of a list, ``Guardrail-Filtered-By: en`` (list names, never terms)."""
+    lists: Counter[str] = Counter()
+    for record in records:
+        lists.update(record["lists"])
+    headers = {"Guardrail-Rollbacks": ", ".join(f"{name}={count}" for name, count in sorted(lists.items())) or "0"}
+    filtered = sorted({r["filtered_by"] for r in records if r["filtered_by"]})
+    if filtered:
+        headers["Guardrail-Filtered-By"] = ", ".join(filtered)
+    return headers
+
+
+@dataclass(frozen=True)
+class ChoiceResult:
+    """A finished choice: its last event and its guard record."""
+
+    finish: Finish
+    guardrail: dict[str, Any]
 
 
 @dataclass
@@ -117,19 +175,20 @@ class UsageTotal:
 
 
 class ResponseShape(Protocol):
-    """The JSON a route answers with (chat.completion vs text_completion)."""
+    """The JSON a route answers with (chat.completion vs text_completion). A shape may keep per-choice state
+    (the chat route reads tool calls out of the streamed text): one instance serves one request."""
 
     id_prefix: str
 
     def first_chunk(self, c: ResponseIdentity, index: int) -> dict[str, Any] | None: ...
 
-    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]: ...
+    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]: ...
 
-    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]: ...
+    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]: ...
 
     def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]: ...
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]: ...
+    def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -141,6 +200,7 @@ class Prepared:
     include_usage: bool
     caller: Caller | None = None
     tokens: int = 0  # what the caller's tokens-per-minute limit counts: prompt + n x max_tokens
+    keepalive_s: float = 0.0
 
 
 def _reject_unsupported(body: GenerationFields) -> None:
@@ -181,21 +241,22 @@ def check_prompt_chars(runtime: Runtime, param: str, chars: int) -> None:
 
 
 async def prompt_token_ids(runtime: Runtime, param: str, **prompt: Any) -> list[int]:
-    """``guardrail.prompts.prompt_ids`` for the served tokenizer (``prompt=`` text or ``messages=``), run in
+    """``guardrail.prompts.prompt_ids`` for the served tokenizer (``prompt=`` text or ``messages=``, and its
+    keyword arguments ``tools``, ``chat_template``, ``assistant_prefix``), run in
     a worker thread: tokenizing a long prompt takes seconds, during which the event loop must keep
     answering (``/healthz``, other streams). A prompt too long for the context is refused first, from
     its length alone.
 
     Raises:
         ApiError: 400 naming ``param`` (``messages``, ``prompt``) when the prompt cannot fit the context or
-            the core rejects it.
+            the core or the chat template rejects it (a template may raise on a turn order it does not allow).
     """
     text = prompt.get("prompt")
     chars = len(text) if isinstance(text, str) else sum(len(m["content"]) for m in prompt.get("messages") or ())
     check_prompt_chars(runtime, param, chars)
     try:
         return await run_in_threadpool(prompt_ids, runtime.tokenizer, **prompt)
-    except ValueError as exc:
+    except (ValueError, TemplateError) as exc:
         raise ApiError(400, str(exc), param=param, code="invalid_value") from None
 
 
@@ -206,7 +267,8 @@ def _terms_param(body: GenerationFields) -> str:
 
 
 def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
-            log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None) -> Prepared:
+            log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None,
+            extra_stop: tuple[str, ...] = ()) -> Prepared:
     """Check a request against the server's limits and its caller's policy, and build the worker's request.
 
     Args:
@@ -214,6 +276,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         token_limit: the request's ``max_tokens`` (None: the policy's or the server's default).
         log_fields: structured-log fields of the generation.
         caller: the tenant (or anonymous caller) of the request; None = anonymous.
+        extra_stop: stop strings the route adds to the request's (a forced tool call's closing tag).
 
     Raises:
         ApiError: 404 for an unknown ``model`` or word list, 403 naming the field the caller's policy does
@@ -225,6 +288,9 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found", type_="invalid_request_error")
     _reject_unsupported(body)
+    ignored = body.ignored_fields()
+    if ignored:
+        log.info("ignored request fields", extra={**log_fields, "ignored_fields": ignored})
     if body.n > settings.max_n:
         raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
                        code="invalid_value")
@@ -254,7 +320,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
                                        obfuscation))
     options: dict[str, Any] = {
         "max_tokens": max_tokens,
-        "stop": body.stop_list(),
+        "stop": [*body.stop_list(), *(s for s in extra_stop if s not in body.stop_list())],
         "logit_bias": body.logit_bias or {},
         "watermark": body.watermark,
         "watermark_key": settings.watermark_key,
@@ -286,6 +352,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         caller=caller,
         tokens=len(prompt) + body.n * max_tokens,
+        keepalive_s=settings.sse_keepalive_s,
     )
 
 
@@ -305,7 +372,7 @@ def _shutting_down(message: str, retry_after_s: int) -> ApiError:
     return ApiError(503, message, code=SHUTTING_DOWN, headers={"Retry-After": str(retry_after_s)})
 
 
-async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
+async def while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
     """Await ``work``; if the client disconnects meanwhile, cancel the job (``work`` then ends soon, as
     the job's events do)."""
     task = asyncio.ensure_future(work)
@@ -321,20 +388,31 @@ async def _while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
             task.cancel()
 
 
-async def _finishes(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[Finish]:
-    finishes: dict[int, Finish] = {}
-    async for item in _prepend(first, events):
-        if isinstance(item.event, Finish):
-            finishes[item.index] = item.event
-    return [finishes[i] for i in sorted(finishes)]
+async def collect_results(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[ChoiceResult]:
+    results: dict[int, ChoiceResult] = {}
+    records: dict[int, GuardRecord] = {}
+    async for item in prepend(first, events):
+        event = item.event
+        if isinstance(event, Rollback):
+            records.setdefault(item.index, GuardRecord()).add(event)
+        elif isinstance(event, Finish):
+            results[item.index] = ChoiceResult(event, records.get(item.index, GuardRecord()).to_dict(event))
+    return [results[i] for i in sorted(results)]
+
+
+#: What writes a stream's SSE body: (first event, the other events, shape, identity, request, a callback for
+#: the first released text, job) -> the body's lines. :func:`_sse` writes chat and completions chunks.
+Streamer = Callable[[ChoiceEvent, AsyncIterator[ChoiceEvent], "ResponseShape", ResponseIdentity, Prepared,
+                     Callable[[], None], Job], AsyncIterator[str]]
 
 
 async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape: ResponseShape,
-                  endpoint: str) -> Any:
+                  endpoint: str, streamer: Streamer | None = None) -> Any:
     """Run a prepared request and answer it (JSON body, or SSE when ``stream`` was asked).
 
     The response starts only once the generation has produced its first event, so that a request the
-    decoder refuses is still answered with a 4xx, not a stream.
+    decoder refuses is still answered with a 4xx, not a stream. ``streamer``: the SSE body's writer (default:
+    chat and completions chunks, then ``[DONE]``).
     """
     started = getattr(request.state, "started_at", time.perf_counter())
     completion = ResponseIdentity.new(shape.id_prefix, runtime.model_id)
@@ -344,15 +422,16 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     events = job.events()
     streaming = False
     try:
-        first = await _while_connected(anext(events, None), job, request)
+        first = await while_connected(anext(events, None), job, request)
         if first is None:  # cancelled while queued: the client is gone, nobody reads this
             raise ApiError(499, "client closed the request", code="cancelled")
         if prepared.stream:
-            stream = _sse(first, events, shape, completion, prepared, lambda: runtime.metrics.time_to_first_token
-                          .labels(endpoint).observe(time.perf_counter() - started), job)
+            ttft = runtime.metrics.time_to_first_token.labels(endpoint)
+            stream = (streamer or _sse)(first, events, shape, completion, prepared,
+                                        lambda: ttft.observe(time.perf_counter() - started), job)
             streaming = True
             return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
-        finishes = await _while_connected(_finishes(first, events), job, request)
+        results = await while_connected(collect_results(first, events), job, request)
     except GenerationRejected as exc:
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
     except ServerShuttingDown as exc:
@@ -362,50 +441,91 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     finally:
         if not streaming:
             job.cancel.set()  # a no-op once finished; else nobody will read what the model makes
-    if len(finishes) < prepared.generation.n:  # cancelled midway
+    if len(results) < prepared.generation.n:  # cancelled midway
         raise ApiError(499, "client closed the request", code="cancelled")
     total = UsageTotal()
-    for finish in finishes:
-        total.add(finish.usage)
-    return shape.body(completion, finishes, total.to_dict())
+    for result in results:
+        total.add(result.finish.usage)
+    return shape.body(completion, results, total.to_dict())
 
 
-async def _prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
+async def prepend(first: ChoiceEvent, rest: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
     yield first
     async for item in rest:
         yield item
 
 
+async def with_keepalive(events: AsyncIterator[ChoiceEvent], interval_s: float) -> AsyncIterator[ChoiceEvent | None]:
+    """``events``, with ``None`` whenever ``interval_s`` seconds pass without one (0: never). The pending
+    ``anext`` is awaited through a task, so a timeout does not cancel (and so close) the generator."""
+    pending: asyncio.Future[ChoiceEvent] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            if interval_s > 0:
+                done, _ = await asyncio.wait({pending}, timeout=interval_s)
+                if not done:
+                    yield None
+                    continue
+            try:
+                item = await pending
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield item
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+
+
 async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: ResponseShape,
                completion: ResponseIdentity, prepared: Prepared, first_text: Callable[[], None],
                job: Job) -> AsyncIterator[str]:
-    """The SSE body: chunks of released text, one finish chunk per choice, optional usage, [DONE].
+    """The SSE body: chunks of released text, the finish chunk(s) of each choice, optional usage, [DONE].
 
-    A failure after the stream started becomes an ``error`` event (OpenAI's error body) followed by
-    ``[DONE]``; so does the drain deadline (status 503, code ``server_shutting_down``). When the client
-    disconnects, Starlette cancels this generator and ``finally`` stops the generation.
+    With ``stream_options.include_usage`` every chunk carries ``usage: null`` and a last chunk with no
+    choices carries the totals (OpenAI's shape). A comment line is sent whenever ``keepalive_s`` passes
+    without a chunk. A failure after the stream started becomes an ``error`` event (OpenAI's error body)
+    followed by ``[DONE]``; so does the drain deadline (status 503, code ``server_shutting_down``). When the
+    client disconnects, Starlette cancels this generator and ``finally`` stops the generation.
     """
     total = UsageTotal()
     opened: set[int] = set()
+    records: dict[int, GuardRecord] = {}
     sent_text = False
+
+    def chunk_event(chunk: dict[str, Any]) -> str:
+        if prepared.include_usage:
+            chunk["usage"] = None
+        return sse_event(chunk)
+
     try:
         try:
-            async for item in _prepend(first, events):
+            async for item in with_keepalive(prepend(first, events), prepared.keepalive_s):
+                if item is None:
+                    yield SSE_KEEPALIVE
+                    continue
                 event, index = item.event, item.index
                 if index not in opened:
                     opened.add(index)
                     chunk = shape.first_chunk(completion, index)
                     if chunk is not None:
-                        yield sse_event(chunk)
+                        yield chunk_event(chunk)
                 if isinstance(event, TextDelta):
                     if event.text:
-                        if not sent_text:
-                            sent_text = True
-                            first_text()
-                        yield sse_event(shape.delta_chunk(completion, index, event.text))
+                        for chunk in shape.delta_chunks(completion, index, event.text):
+                            if not sent_text:
+                                sent_text = True
+                                first_text()
+                            yield chunk_event(chunk)
+                elif isinstance(event, Rollback):
+                    records.setdefault(index, GuardRecord()).add(event)
                 elif isinstance(event, Finish):
                     total.add(event.usage)
-                    yield sse_event(shape.finish_chunk(completion, index, event.reason))
+                    result = ChoiceResult(event, records.get(index, GuardRecord()).to_dict(event))
+                    for chunk in shape.finish_chunks(completion, index, result):
+                        yield chunk_event(chunk)
             if prepared.include_usage:
                 yield sse_event(shape.usage_chunk(completion, total.to_dict()))
         except ServerShuttingDown as exc:

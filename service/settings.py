@@ -20,6 +20,7 @@ from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
 from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_HASHING_KEY
+from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
 
 #: Seconds past a request's own time limit before a silent generation is declared failed (service/worker.py).
@@ -145,6 +146,18 @@ class Settings(BaseSettings):
         DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
     )
 
+    # -- chat protocol ----------------------------------------------------------------------------
+    chat_template: str | None = Field(
+        None, description="Chat template used instead of the tokenizer's: a bundled name (hermes: ChatML with "
+        "Hermes-style tool calls), a file path, or the Jinja text itself (vLLM's --chat-template). Unset: the "
+        "tokenizer's; a request with tools on a ChatML model whose template ignores tools uses hermes.")
+    tool_call_parser: Literal["hermes", "json"] = Field(
+        "hermes", description="How tool calls are read from the answer: hermes (<tool_call>{json}</tool_call>) or "
+        "json (the whole answer is a JSON call). Must match what the chat template asks the model to write.")
+    sse_keepalive_s: float = Field(
+        5.0, ge=0, description="Seconds without a chunk after which a stream sends an SSE comment (': keep-alive'), "
+        "so that idle proxies keep it open while the guard holds text back; 0 turns it off.")
+
     # -- logging ----------------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Python logging level name.")
     debug_log_prompts: bool = Field(
@@ -167,6 +180,14 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("chat_template")
+    @classmethod
+    def _loadable_template(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            load_chat_template(value)  # a ValueError names the field
+            return value
+        return None
 
     @field_validator("log_level")
     @classmethod

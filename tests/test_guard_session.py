@@ -102,7 +102,7 @@ def test_max_tokens_ends_with_length_after_the_end_of_text_check(hello, smollm2_
     assert step.kind == FINISH and step.finish_reason == "length"
     events += [*step.events, *s.finish("length", forward_passes=7)]
     done = events[-1]
-    assert isinstance(done, Finish) and done.reason == "length"
+    assert isinstance(done, Finish) and done.reason == "length" and done.filtered_by is None
     assert done.text == " hi there" == texts(events)
     assert done.usage.forward_passes == 7 and done.usage.rollbacks == 1 and done.usage.completion_tokens == 2
 
@@ -115,6 +115,7 @@ def test_spent_rollback_budget_finishes_before_the_term(hello, smollm2_vocab, to
     assert step.kind == FINISH and step.finish_reason == "content_filter"
     done = s.finish(step.finish_reason)[-1]
     assert done.text == " hi" and done.token_ids == (tok(" hi"),)
+    assert done.filtered_by == "greetings"  # the list is named, never the term
 
 
 def test_stop_string_ends_the_text_before_it_and_is_never_released(hello, smollm2_vocab, tok):

@@ -69,7 +69,7 @@ def bounded_generation_document() -> dict:
     small_int = {"type": "integer", "minimum": 1, "maximum": 4}  # never null: the server's default is 24
     short_text = {"type": "string", "maxLength": 40}
     schemas = document["components"]["schemas"]
-    for name in ("ChatCompletionRequest", "CompletionRequest"):
+    for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
         properties = schemas[name]["properties"]
         properties["model"] = {"enum": [MODEL, "not-served"]}
         properties["max_tokens"] = small_int
@@ -82,6 +82,15 @@ def bounded_generation_document() -> dict:
     schemas["ChatCompletionRequest"]["properties"]["max_completion_tokens"] = small_int
     schemas["ChatCompletionRequest"]["properties"]["messages"]["maxItems"] = 3
     schemas["ChatMessage"]["properties"]["content"] = {"anyOf": [short_text, {"type": "null"}]}
+    schemas["ChatCompletionRequest"]["properties"]["tools"] = {"anyOf": [
+        {"type": "array", "items": {"$ref": "#/components/schemas/ToolDefinition"}, "maxItems": 2}, {"type": "null"}]}
+    responses = schemas["ResponsesRequest"]
+    responses["properties"]["max_output_tokens"] = small_int
+    responses["required"] = sorted({*responses["required"], "max_output_tokens"})
+    responses["properties"]["input"] = {"anyOf": [short_text, {
+        "type": "array", "items": {"$ref": "#/components/schemas/InputMessage"}, "minItems": 1, "maxItems": 3}]}
+    responses["properties"]["instructions"] = {"anyOf": [short_text, {"type": "null"}]}
+    schemas["InputMessage"]["properties"]["content"] = short_text
     schemas["CompletionRequest"]["properties"]["prompt"] = {"anyOf": [
         short_text, {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 49151},
                      "minItems": 1, "maxItems": 8}]}
@@ -89,7 +98,7 @@ def bounded_generation_document() -> dict:
 
 
 generation_schema = schemathesis.openapi.from_dict(bounded_generation_document()).include(
-    path_regex=r"^/v1/(chat/)?completions$")
+    path_regex=r"^/v1/((chat/)?completions|responses)$")
 
 
 @generation_schema.parametrize()

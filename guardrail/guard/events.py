@@ -85,12 +85,16 @@ class Finish:
         usage: counters of the generation.
         token_ids: the kept completion token ids (after a stop string, the last one may reach into it);
             what the watermark detector scores.
+        filtered_by: with ``content_filter`` because the rollback budget ran out, the word list of the term
+            the answer was cut before (a name, never the term); ``None`` otherwise (also when every
+            candidate token was banned: several lists may have banned them).
     """
 
     reason: FinishReason
     text: str
     usage: Usage
     token_ids: tuple[int, ...] = ()
+    filtered_by: str | None = None
 
 
 Event = TextDelta | Rollback | Finish

@@ -186,6 +186,7 @@ class GuardSession:
         self._union_standing = self._standing  # ... and the standing array
         self._union = _NO_IDS
         self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
+        self._filtered_by: str | None = None  # the list of the term that spent the rollback budget
         self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
         self._mode: str | None = None  # "rollback" (accept) or "mask" (advance): never both
         self._finished = False
@@ -356,7 +357,8 @@ class GuardSession:
             draft_tokens=draft_tokens,
             accepted_draft_tokens=accepted_draft_tokens,
         )
-        done = Finish(reason, text.text, usage, tuple(self._tokens))
+        filtered_by = self._filtered_by if reason == "content_filter" else None
+        done = Finish(reason, text.text, usage, tuple(self._tokens), filtered_by)
         return (TextDelta(delta), done) if delta else (done,)
 
     # -- mask-only engines ----------------------------------------------------------------------------
@@ -431,6 +433,7 @@ class GuardSession:
         count = self._rollbacks_at[start] = self._rollbacks_at.get(start, 0) + 1
         if self.rollbacks > self.max_rollbacks or count > self.max_rollbacks_per_position:
             self._cut_tokens = start
+            self._filtered_by = hit.list_name
             return Step(FINISH, self.position, events, "content_filter")
         discarded = self.position - start
         matcher = self.matcher

@@ -41,6 +41,11 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                        help="obfuscated forms that match too, for lists without their own level: off | homoglyphs | "
                        "leet | spaced | masked, optionally +markup (default: GUARDRAIL_OBFUSCATION, else "
                        f"{DEFAULT_OBFUSCATION})")
+    serve.add_argument("--chat-template", default=None, metavar="NAME|PATH|JINJA",
+                       help="chat template instead of the tokenizer's: hermes (bundled, ChatML with tool calls), a "
+                       "file, or the template text (default: GUARDRAIL_CHAT_TEMPLATE, else the tokenizer's)")
+    serve.add_argument("--tool-call-parser", choices=("hermes", "json"), default=None,
+                       help="how tool calls are read from answers (default: GUARDRAIL_TOOL_CALL_PARSER, else hermes)")
     serve.add_argument("--log-level", default=None, help="DEBUG | INFO | WARNING | ERROR "
                        "(default: GUARDRAIL_LOG_LEVEL, else INFO)")
     serve.set_defaults(handler=run_serve)
@@ -72,6 +77,10 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides["evasion_guard"] = args.evasion_guard
     if args.obfuscation is not None:
         overrides["obfuscation"] = args.obfuscation
+    if args.chat_template is not None:
+        overrides["chat_template"] = args.chat_template
+    if args.tool_call_parser is not None:
+        overrides["tool_call_parser"] = args.tool_call_parser
     settings = Settings(**overrides)
     configure_logging(settings.log_level)  # before uvicorn's first lines
     app = create_app(settings)

@@ -1,63 +1,205 @@
-"""``POST /v1/chat/completions`` (OpenAI's chat completions, streaming and not)."""
+"""``POST /v1/chat/completions`` (OpenAI's chat completions, streaming and not), tool calls included."""
 
 from __future__ import annotations
 
+import functools
+import json
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from guardrail.guard.events import Finish
+from guardrail.prompts import load_chat_template, renders_tools
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
-from service.schemas.generation import ChatCompletion, ChatCompletionRequest
+from service.generation import (
+    GENERATION_ERRORS,
+    ChoiceResult,
+    ResponseIdentity,
+    guard_headers,
+    prepare,
+    prompt_token_ids,
+    respond,
+)
+from service.runtime import Runtime
+from service.schemas.generation import ChatCompletion, ChatCompletionRequest, ChatMessage, NamedToolChoice
 from service.tenants.access import caller_of
+from service.tool_calls import PARSERS, ToolCall, ToolCallParser, ToolCallStream, forced_prefix, parse_answer
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
 
 ENDPOINT = "/v1/chat/completions"
+#: The marker of a ChatML template: such a model can be given the bundled Hermes template for tools.
+_CHATML = "<|im_start|>"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """How one request's answer is read for tool calls.
+
+    Attributes:
+        parser: the output format.
+        prefix: text the answer was made to begin with (a forced call), part of the prompt.
+        single: return at most one call (``parallel_tool_calls: false`` or a named function).
+    """
+
+    parser: ToolCallParser
+    prefix: str = ""
+    single: bool = False
+
+    def limit(self, calls: list[ToolCall], already: int = 0) -> list[ToolCall]:
+        return calls[:max(0, 1 - already)] if self.single else calls
 
 
 class ChatShape:
-    """chat.completion bodies and chat.completion.chunk events."""
+    """chat.completion bodies and chat.completion.chunk events; with tools, content and tool calls are told
+    apart as the text streams (one :class:`ToolCallStream` per choice)."""
 
     id_prefix = "chatcmpl"
 
+    def __init__(self, tools: ToolUse | None = None) -> None:
+        self.tools = tools
+        self._streams: dict[int, ToolCallStream] = {}
+
     @staticmethod
-    def _chunk(c: ResponseIdentity, index: int, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
-        return {"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
-                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+    def _chunk(c: ResponseIdentity, index: int, delta: dict[str, Any], reason: str | None,
+               **extra: Any) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason, **extra}
+        return {**c.head("chat.completion.chunk"), "choices": [choice]}
+
+    def _stream(self, index: int) -> ToolCallStream | None:
+        if self.tools is None:
+            return None
+        if index not in self._streams:
+            self._streams[index] = ToolCallStream(self.tools.parser, self.tools.prefix)
+        return self._streams[index]
+
+    def _call_chunks(self, c: ResponseIdentity, index: int, stream: ToolCallStream, content: str,
+                     calls: list[ToolCall]) -> list[dict[str, Any]]:
+        assert self.tools is not None
+        sent = len(stream.calls) - len(calls)
+        chunks = [self._chunk(c, index, {"content": content}, None)] if content else []
+        for position, call in enumerate(self.tools.limit(calls, sent), start=sent):
+            delta = {"index": position, **call.to_dict()}
+            chunks.append(self._chunk(c, index, {"tool_calls": [delta]}, None))
+        return chunks
 
     def first_chunk(self, c: ResponseIdentity, index: int) -> dict[str, Any]:
         return self._chunk(c, index, {"role": "assistant", "content": ""}, None)
 
-    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]:
-        return self._chunk(c, index, {"content": text}, None)
+    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]:
+        stream = self._stream(index)
+        if stream is None:
+            return [self._chunk(c, index, {"content": text}, None)]
+        content, calls = stream.feed(text)
+        return self._call_chunks(c, index, stream, content, calls)
 
-    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
-        return self._chunk(c, index, {}, reason)
+    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
+        stream = self._stream(index)
+        chunks = []
+        reason: str = result.finish.reason
+        if stream is not None:
+            content, calls = stream.finish()
+            chunks = self._call_chunks(c, index, stream, content, calls)
+            if stream.calls and reason == "stop":
+                reason = "tool_calls"
+        chunks.append(self._chunk(c, index, {}, reason, guardrail=result.guardrail))
+        return chunks
 
     def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
-        return {"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
-                "choices": [], "usage": usage}
+        return {**c.head("chat.completion.chunk"), "choices": [], "usage": usage}
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": f.text}, "logprobs": None,
-                         "finish_reason": f.reason} for i, f in enumerate(finishes)],
-            "usage": usage,
-        }
+    def _choice(self, index: int, result: ChoiceResult) -> dict[str, Any]:
+        finish = result.finish
+        content: str | None = finish.text
+        calls: list[ToolCall] = []
+        if self.tools is not None:
+            content, calls = parse_answer(self.tools.parser, finish.text, self.tools.prefix)
+            calls = self.tools.limit(calls)
+        reason = "tool_calls" if calls and finish.reason == "stop" else finish.reason
+        message = {"role": "assistant", "content": content, "refusal": None,
+                   "tool_calls": [call.to_dict() for call in calls] or None}
+        return {"index": index, "message": message, "logprobs": None, "finish_reason": reason,
+                "guardrail": result.guardrail}
+
+    def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
+        return {**c.head("chat.completion"), "choices": [self._choice(i, r) for i, r in enumerate(results)],
+                "usage": usage}
 
 
 def _reject_unsupported(body: ChatCompletionRequest) -> None:
-    if body.tools:
-        raise ApiError(400, "tools are not supported", param="tools", code="unsupported_parameter")
+    choice = body.tool_choice
+    if choice is not None and choice != "none" and not body.tools:
+        raise ApiError(400, "tool_choice needs tools", param="tool_choice", code="invalid_value")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in {t.function.name for t in body.tools or ()}:
+        raise ApiError(400, f"tool_choice names function {choice.function.name!r}, which is not in tools",
+                       param="tool_choice", code="invalid_value")
     if body.response_format and body.response_format.get("type", "text") != "text":
         raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", param="response_format",
                        code="unsupported_parameter")
+
+
+@functools.cache
+def _template(spec: str) -> str:
+    return load_chat_template(spec)
+
+
+def chat_template_for(runtime: Runtime, with_tools: bool) -> str | None:
+    """The template to render with (None: the tokenizer's own).
+
+    Raises:
+        ApiError: 400 naming ``tools`` when tools are asked for and no template can render them.
+    """
+    spec = runtime.settings.chat_template
+    template = _template(spec) if spec is not None else None
+    if not with_tools:
+        return template
+    own = template if template is not None else getattr(runtime.tokenizer, "chat_template", None)
+    if renders_tools(own):
+        return template
+    if spec is None and own and _CHATML in own:
+        return _template("hermes")  # Hermes tool calls are ChatML: the same turns, plus the tools
+    raise ApiError(400, "this model's chat template does not render tools; start the server with "
+                   "--chat-template (GUARDRAIL_CHAT_TEMPLATE) naming one that does", param="tools",
+                   code="unsupported_parameter")
+
+
+def _message(m: ChatMessage) -> dict[str, Any]:
+    """A message as Hugging Face chat templates read it ("developer" is OpenAI's newer name for system;
+    a call's arguments are given as an object where they parse, as those templates expect)."""
+    message: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+    if m.tool_calls:
+        calls = []
+        for call in m.tool_calls:
+            try:
+                arguments: Any = json.loads(call.function.arguments)
+            except ValueError:
+                arguments = call.function.arguments
+            calls.append({"id": call.id, "type": "function",
+                          "function": {"name": call.function.name, "arguments": arguments}})
+        message["tool_calls"] = calls
+    if m.tool_call_id:
+        message["tool_call_id"] = m.tool_call_id
+    if m.name:
+        message["name"] = m.name
+    return message
+
+
+def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> tuple[ToolUse | None, tuple[str, ...]]:
+    """How the answer is read for calls, and the stop strings a forced call adds."""
+    if not body.tools or body.tool_choice == "none":
+        return None, ()
+    parser = PARSERS[runtime.settings.tool_call_parser]
+    choice = body.tool_choice
+    single = body.parallel_tool_calls is False
+    if isinstance(choice, NamedToolChoice):
+        stop = ("</tool_call>",) if runtime.settings.tool_call_parser == "hermes" else ()
+        return ToolUse(parser, forced_prefix(parser, choice.function.name), single=True), stop
+    if choice == "required":
+        return ToolUse(parser, forced_prefix(parser, None), single=single), ()
+    return ToolUse(parser, single=single), ()
 
 
 @router.post(
@@ -67,15 +209,23 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
                **GENERATION_ERRORS},
     summary="Chat completion with banned terms enforced during decoding",
 )
-async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+async def create_chat_completion(body: ChatCompletionRequest, request: Request, response: Response,
                                  runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     _reject_unsupported(body)
-    # "developer" is OpenAI's newer name for the system role.
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages)
+    messages = [_message(m) for m in body.messages]
+    tools, extra_stop = _tool_use(runtime, body)
+    tool_list = [t.model_dump(exclude_none=True) for t in body.tools] if tools is not None and body.tools else None
+    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages, tools=tool_list,
+                                        chat_template=chat_template_for(runtime, tool_list is not None),
+                                        assistant_prefix=tools.prefix if tools is not None else "")
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
+    if tool_list:
+        fields["tools"] = len(tool_list)
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages",
-                       caller=caller_of(request))
-    return await respond(runtime, request, prepared, ChatShape(), ENDPOINT)
+                       caller=caller_of(request), extra_stop=extra_stop)
+    answer = await respond(runtime, request, prepared, ChatShape(tools), ENDPOINT)
+    if isinstance(answer, dict):
+        response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
+    return answer

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import (
+    GENERATION_ERRORS,
+    ChoiceResult,
+    ResponseIdentity,
+    guard_headers,
+    prepare,
+    prompt_token_ids,
+    respond,
+)
 from service.schemas.generation import CompletionRequest, TextCompletion
 from service.tenants.access import caller_of
 
@@ -26,28 +33,27 @@ class CompletionShape:
     id_prefix = "cmpl"
 
     @staticmethod
-    def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None) -> dict[str, Any]:
-        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-                "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}]}
+    def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason, **extra}
+        return {**c.head("text_completion"), "choices": [choice]}
 
     def first_chunk(self, c: ResponseIdentity, index: int) -> None:
         return None
 
-    def delta_chunk(self, c: ResponseIdentity, index: int, text: str) -> dict[str, Any]:
-        return self._chunk(c, index, text, None)
+    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]:
+        return [self._chunk(c, index, text, None)]
 
-    def finish_chunk(self, c: ResponseIdentity, index: int, reason: str) -> dict[str, Any]:
-        return self._chunk(c, index, "", reason)
+    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
+        return [self._chunk(c, index, "", result.finish.reason, guardrail=result.guardrail)]
 
     def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
-        return {"id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-                "choices": [], "usage": usage}
+        return {**c.head("text_completion"), "choices": [], "usage": usage}
 
-    def body(self, c: ResponseIdentity, finishes: list[Finish], usage: dict[str, Any]) -> dict[str, Any]:
+    def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         return {
-            "id": c.id, "object": "text_completion", "created": c.created, "model": c.model,
-            "choices": [{"index": i, "text": f.text, "logprobs": None, "finish_reason": f.reason}
-                        for i, f in enumerate(finishes)],
+            **c.head("text_completion"),
+            "choices": [{"index": i, "text": r.finish.text, "logprobs": None, "finish_reason": r.finish.reason,
+                         "guardrail": r.guardrail} for i, r in enumerate(results)],
             "usage": usage,
         }
 
@@ -68,7 +74,7 @@ def _reject_unsupported(body: CompletionRequest) -> None:
                **GENERATION_ERRORS},
     summary="Text completion of a raw prompt with banned terms enforced during decoding",
 )
-async def create_completion(body: CompletionRequest, request: Request,
+async def create_completion(body: CompletionRequest, request: Request, response: Response,
                             runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     _reject_unsupported(body)
     prompt = body.prompt
@@ -85,4 +91,7 @@ async def create_completion(body: CompletionRequest, request: Request,
         fields["prompt"] = prompt
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt",
                        caller=caller_of(request))
-    return await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)
+    answer = await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)
+    if isinstance(answer, dict):
+        response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
+    return answer

@@ -2,10 +2,13 @@
 
 Standard fields follow OpenAI's API reference, vLLM's extensions follow vLLM's sampling parameters
 (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``stop_token_ids``, ``ignore_eos``).
-Fields this service cannot honour and that change what the answer means (``tools``, ``logprobs``,
+Fields this service cannot honour and that change what the answer means (``logprobs``,
 ``top_logprobs``, ``response_format`` other than text, vLLM's ``guided_*`` …, see
 :data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
-fields (``metadata``, ``store``, ``service_tier`` …) are ignored, as OpenAI-compatible servers commonly do.
+fields (``metadata``, ``store``, ``service_tier``, ``reasoning_effort`` …) are ignored with one log line naming
+them (as vLLM does). Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role, an assistant
+message's ``tool_calls``) are rendered through the chat template and read back from the answer
+(:mod:`service.tool_calls`).
 Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
 ``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``obfuscation``,
 ``speculative``.
@@ -21,12 +24,12 @@ from guardrail.guard.escalation import EvasionGuard
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
-Role = Literal["system", "developer", "user", "assistant"]
+Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 #: Fields of OpenAI's or vLLM's request that change the answer and that this service does not implement:
 #: a request setting one (to anything but null, false or an empty list) is refused with 400 naming it.
 UNSUPPORTED_FIELDS = frozenset({
-    "tools", "tool_choice", "functions", "function_call", "logprobs", "top_logprobs", "prompt_logprobs",
+    "functions", "function_call", "logprobs", "top_logprobs", "prompt_logprobs",
     "audio", "prediction", "web_search_options", "guided_json", "guided_regex", "guided_choice",
     "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search", "length_penalty",
     "allowed_token_ids", "include_stop_str_in_output", "truncate_prompt_tokens", "chat_template",
@@ -106,6 +109,10 @@ class GenerationFields(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def ignored_fields(self) -> list[str]:
+        """Fields of the request this service does not know and ignores (logged, as vLLM does)."""
+        return sorted(name for name in self.model_extra or {} if name not in UNSUPPORTED_FIELDS)
+
     def unsupported_field(self) -> str | None:
         """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any."""
         given = {**(self.model_extra or {}), "logprobs": self.logprobs, "top_logprobs": self.top_logprobs}
@@ -134,12 +141,31 @@ class ContentPart(BaseModel):
         return self
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Text = Field(min_length=1, max_length=64)
+    arguments: Text = Field(description="The arguments as a JSON string (OpenAI's shape).")
+
+
+class MessageToolCall(BaseModel):
+    """A tool call an earlier assistant turn made (``messages[i].tool_calls[j]``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Text | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Role
     content: Text | list[ContentPart] | None = None
     name: Text | None = None
+    tool_calls: list[MessageToolCall] | None = Field(None, description="An assistant turn's tool calls.")
+    tool_call_id: Text | None = Field(None, description="A tool message: the call it answers.")
 
     def text(self) -> str:
         if self.content is None:
@@ -149,10 +175,41 @@ class ChatMessage(BaseModel):
         return "".join(part.text or "" for part in self.content)
 
 
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(None, description="A JSON Schema object.")
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    name: Text
+
+
+class NamedToolChoice(BaseModel):
+    """``{"type": "function", "function": {"name": ...}}``: the answer must call this function."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer name for max_tokens.")
-    tools: list[Any] | None = None
+    tools: list[ToolDefinition] | None = Field(None, max_length=128, description="Functions the model may call.")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="none: no call (tools not shown to the model); auto (default with tools): the model "
+        "decides; required / a named function: the answer is made to begin a call (or that function's call).")
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one call is returned.")
     response_format: dict[str, Any] | None = None
 
     def token_limit(self) -> int | None:
@@ -171,7 +228,7 @@ class CompletionRequest(GenerationFields):
         return self.max_tokens
 
 
-FinishReason = Literal["stop", "length", "content_filter"]
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls"]
 
 
 class PromptTokensDetails(BaseModel):
@@ -190,9 +247,28 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails
 
 
+class GuardRecord(BaseModel):
+    """Why a choice's answer was changed or cut (extension ``guardrail`` on each choice): word-list names and
+    counts, never the terms."""
+
+    rollbacks: int = Field(description="Rollbacks of this choice (banned-term hits that made the decoder re-pick).")
+    lists: dict[str, int] = Field(description="Rollbacks by word list (``request``: the request's own terms).")
+    filtered_by: str | None = Field(
+        description="With finish_reason content_filter: the list whose term the answer was cut before when the "
+        "rollback budget ran out; null otherwise (and when every candidate token was banned).")
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None = Field(description="null when the answer only called tools.")
+    refusal: None = Field(None, description="Always null: the guard changes answers, it does not refuse them.")
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -200,6 +276,7 @@ class ChatChoice(BaseModel):
     message: AssistantMessage
     logprobs: None = None
     finish_reason: FinishReason
+    guardrail: GuardRecord
 
 
 class ChatCompletion(BaseModel):
@@ -207,6 +284,7 @@ class ChatCompletion(BaseModel):
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
+    system_fingerprint: str
     choices: list[ChatChoice]
     usage: Usage
 
@@ -216,6 +294,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: None = None
     finish_reason: FinishReason
+    guardrail: GuardRecord
 
 
 class TextCompletion(BaseModel):
@@ -223,5 +302,6 @@ class TextCompletion(BaseModel):
     object: Literal["text_completion"] = "text_completion"
     created: int
     model: str
+    system_fingerprint: str
     choices: list[CompletionChoice]
     usage: Usage

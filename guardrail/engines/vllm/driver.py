@@ -404,4 +404,4 @@ class VLLMDriver:
         usage = VLLMUsage(**{**asdict(last.usage), "cached_tokens": job.cached_tokens},
                           resubmissions=max(0, job.submissions - 1),
                           prefill_tokens=job.submitted_tokens - job.cached_tokens)
-        self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids)))
+        self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)))

@@ -1,0 +1,59 @@
+"""``/v1/responses`` (the Responses API, text) with the official ``openai`` client against the real service:
+answers, streaming events, the guard, incomplete answers and refused fields."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from helpers.service import MODEL
+from helpers.service_client import error_of
+
+pytestmark = pytest.mark.slow
+
+ASK = {"model": MODEL, "input": "What is the capital of France?", "temperature": 0, "max_output_tokens": 24}
+
+
+def test_a_response_answers_in_output_text_with_usage(openai_client):
+    response = openai_client.responses.create(**ASK, instructions="Answer in one short sentence.")
+    assert response.status == "completed" and response.incomplete_details is None
+    assert "Paris" in response.output_text
+    [message] = response.output
+    assert message.type == "message" and message.role == "assistant"
+    usage = response.usage
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens > 0
+    assert response.model_extra["guardrail"] == {"rollbacks": 0, "lists": {}, "filtered_by": None}
+
+
+def test_a_streamed_response_sends_the_events_in_order_and_the_same_text(openai_client):
+    whole = openai_client.responses.create(**ASK).output_text
+    events = list(openai_client.responses.create(**ASK, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert len(deltas) > 1 and "".join(deltas) == whole == events[-1].response.output_text
+
+
+def test_the_guard_applies_to_responses(openai_client):
+    raw = openai_client.responses.with_raw_response.create(**ASK, extra_body={"banned_terms": ["Paris"]})
+    response = raw.parse()
+    assert "paris" not in response.output_text.lower()
+    rollbacks = response.model_extra["guardrail"]["lists"]["request"]
+    assert rollbacks >= 1 and raw.headers["Guardrail-Rollbacks"] == f"request={rollbacks}"
+
+
+def test_a_response_cut_by_max_output_tokens_is_incomplete(openai_client):
+    response = openai_client.responses.create(**{**ASK, "max_output_tokens": 2})
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage.output_tokens == 2
+
+
+@pytest.mark.parametrize(("field", "value"), [("previous_response_id", "resp_1"),
+                                              ("text", {"format": {"type": "json_object"}})])
+def test_fields_this_endpoint_cannot_honour_are_a_400_naming_them(openai_client, field, value):
+    with pytest.raises(openai.BadRequestError) as failure:
+        openai_client.responses.create(**ASK, extra_body={field: value})
+    assert error_of(failure.value)["param"] in (field, f"{field}.format")
