@@ -25,7 +25,8 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
     take every replica out of the load balancer at once during a Redis outage. The
     ``guardrail_redis_up`` metric and its alert carry the outage to operators. ``checks.store.data_lost``
     appears once the store noticed that Redis lost its data (``guardrail_store_resets_total``, alert
-    ``GuardrailStoreDataLost``).
+    ``GuardrailStoreDataLost``). ``checks.engine``: the engine's last known state; with a remote upstream that
+    does not answer, generation requests get 503 with ``Retry-After`` and the status is ``degraded``.
     """
     catalog = runtime.catalog
     store = {"kind": runtime.store.kind, "up": catalog.healthy}
@@ -34,10 +35,12 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
         store["data_lost"] = {"count": resets, "last_at": runtime.store.last_reset_at}
     if catalog.last_error:
         store["error"] = catalog.last_error
+    engine = runtime.engine.health()
     body = {
-        "status": "ready" if catalog.healthy else "degraded",
+        "status": "ready" if catalog.healthy and engine.ok else "degraded",
         "checks": {
             "model": {"id": runtime.model_id, "loaded": True},
+            "engine": {"kind": runtime.engine.name, "up": engine.ok, "detail": engine.detail},
             "store": store,
             "worker": {"waiting": runtime.worker.waiting},
         },
