@@ -1,9 +1,9 @@
 """A real vLLM OpenAI server (``.venv-vllm``) on SmolLM2, and ``guardrail serve --engine remote`` in front of it.
 
 The tests here run with the main environment's python (the guardrail service); the upstream is vLLM's own
-server, started once per session from the vLLM environment as a subprocess: ``GUARDRAIL_VLLM_PYTHON`` (what
-``make vllm-test`` passes), else ``.venv-vllm/bin/python`` of the repository. Without it every test here is
-skipped (``make test`` leaves this directory to ``make vllm-test``).
+server, started once per session from the vLLM environment as a subprocess: the python that
+``GUARDRAIL_VLLM_PYTHON`` names (``make vllm-test`` passes ``.venv-vllm/bin/python``). Without it every test
+here is skipped, so that ``make test`` leaves them to ``make vllm-test`` and CI runs them once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.service import ROOT, free_port, start_service_process
+from helpers.service import free_port, start_service_process
 from helpers.wait import wait_until
 
 VLLM_STARTUP_TIMEOUT_S = 600  # a first start on a busy 2-core machine; usually under a minute
@@ -23,8 +23,7 @@ VLLM_STARTUP_TIMEOUT_S = 600  # a first start on a busy 2-core machine; usually 
 
 def _vllm_python() -> Path | None:
     named = os.environ.get("GUARDRAIL_VLLM_PYTHON")
-    path = Path(named) if named else ROOT / ".venv-vllm" / "bin" / "python"
-    return path if path.exists() else None
+    return Path(named) if named and Path(named).exists() else None
 
 
 class Upstream:
@@ -66,7 +65,7 @@ class Upstream:
 def upstream_server(tmp_path_factory):
     python = _vllm_python()
     if python is None:
-        pytest.skip("no vLLM environment (make vllm-install; or set GUARDRAIL_VLLM_PYTHON)")
+        pytest.skip("GUARDRAIL_VLLM_PYTHON names no python (make vllm-test sets it)")
     from guardrail.models import model_directory
 
     server = Upstream(python, model_directory("smollm2"), tmp_path_factory.mktemp("vllm") / "vllm.log")

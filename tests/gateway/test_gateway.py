@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.service import ROOT, free_port
+from helpers.service import ROOT, _clean_env, free_port
 from helpers.wait import wait_until
 
 from guardrail.matching.textmatch import TextMatcher
@@ -59,8 +59,7 @@ def test_a_gateway_with_another_tokenizer_refuses_to_start(upstream, tmp_path):
         [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--engine", "remote", "--upstream",
          upstream.url, "--tokenizer", "gemma3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "GUARDRAIL_DATA_DIR": str(tmp_path),
-             "GUARDRAIL_WORDLISTS": "en", "HOME": str(Path.home())})
+        env=_clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
     assert done.returncode != 0
     assert "tokenizer mismatch" in done.stdout + done.stderr
 
@@ -80,7 +79,7 @@ def test_without_lists_the_gateway_answers_what_the_upstream_answers(gateway, up
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 def test_the_leak_suite_through_the_gateway(gateway, upstream, sampled):
-    cases = LEAK_PROMPTS if not sampled else LEAK_PROMPTS[::3]
+    cases = LEAK_PROMPTS if not sampled else LEAK_PROMPTS[::4]
     rollbacks = 0
     for case in cases:
         verifier = TextMatcher([wordlist_from_terms([case["term"]])])

@@ -62,8 +62,7 @@ class UpstreamClient:
             httpx.TransportError: the upstream cannot be reached.
             UpstreamError: an error status or a body that is not JSON.
         """
-        kwargs = {} if timeout_s is None else {"timeout": timeout_s}
-        return self._json(self._client.get(path, **kwargs))
+        return self._json(self._client.get(path, timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s))
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """``POST path`` with a JSON body; its JSON answer (errors as :meth:`get_json`)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -204,7 +204,7 @@ class RemoteEngine:
                 return
 
     def _request(self, body: dict[str, Any], session: GuardSession, banned: set[int], cancel: threading.Event,
-                 counters: _Counters, params: SamplingParams) -> Iterator[Event]:
+                 counters: _Counters, params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
         """Stream one upstream request through the session. Returns (as the generator's value) the finish
         reason, or ``None`` to send the next request (a rollback, a re-pick done, the upstream's length)."""
         received = 0
