@@ -39,17 +39,18 @@ class UpstreamClient:
         read_timeout_s: the longest gap between two bytes of a response, seconds (a prefill of a long prompt
             comes before the first token).
         retries: connection attempts repeated after a connect error.
+        transport: another httpx transport (tests: a scripted upstream where vLLM cannot act the fault).
     """
 
     def __init__(self, base_url: str, *, max_connections: int = 32, connect_timeout_s: float = 2.0,
-                 read_timeout_s: float = 60.0, retries: int = 2) -> None:
+                 read_timeout_s: float = 60.0, retries: int = 2, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s,
                                   pool=connect_timeout_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=httpx.HTTPTransport(retries=retries),
+            transport=transport or httpx.HTTPTransport(retries=retries),
         )
 
     def close(self) -> None:

@@ -94,13 +94,15 @@ class RemoteEngine:
         health_interval_s: how often ``/health`` is probed, seconds.
         retry_after_s: the ``Retry-After`` hint while the upstream is down, seconds.
         context_length: used until :meth:`start` reads the upstream's ``max_model_len``, tokens.
+        transport: see :class:`UpstreamClient`.
     """
 
     name = "remote"
 
     def __init__(self, url: str, tokenizer: Any, vocab: TokenVocab, *, model: str | None = None, capacity: int = 32,
                  connect_timeout_s: float = 2.0, read_timeout_s: float = 60.0, retries: int = 2,
-                 health_interval_s: float = 1.0, retry_after_s: int = 1, context_length: int = 2048) -> None:
+                 health_interval_s: float = 1.0, retry_after_s: int = 1, context_length: int = 2048,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.url = url
         self.tokenizer = tokenizer
         self.vocab = vocab
@@ -110,7 +112,7 @@ class RemoteEngine:
         self.eos_ids = frozenset(vocab.eos_ids)
         self.model_config = SimpleNamespace(vocab_size=self.num_logits, bos_token_id=tokenizer.bos_token_id)
         self.client = UpstreamClient(url, max_connections=capacity + 2, connect_timeout_s=connect_timeout_s,
-                                     read_timeout_s=read_timeout_s, retries=retries)
+                                     read_timeout_s=read_timeout_s, retries=retries, transport=transport)
         self.info: UpstreamInfo | None = None
         self._model = model
         self._health_interval_s = health_interval_s
