@@ -356,9 +356,21 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     )
 
 
+def _unavailable(runtime: Runtime) -> ApiError:
+    health = runtime.engine.health()
+    return ApiError(503, f"The model server is unavailable ({health.detail}). Retry later.",
+                    code="engine_unavailable", headers={"Retry-After": str(runtime.settings.retry_after_s)})
+
+
 def submit(runtime: Runtime, prepared: Prepared) -> Job:
-    """Queue the request. Raises ApiError 429 with ``Retry-After`` when the queue is full, 503 with
-    ``Retry-After`` while the process drains."""
+    """Queue the request.
+
+    Raises:
+        ApiError: 503 with ``Retry-After`` while the process drains, or while the engine reports itself down (a
+            remote upstream that does not answer); 429 with ``Retry-After`` when the queue is full.
+    """
+    if not runtime.engine.health().ok:
+        raise _unavailable(runtime)
     try:
         return runtime.worker.submit(prepared.generation, runtime.settings.request_timeout_s)
     except QueueFull as exc:
@@ -437,6 +449,8 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     except ServerShuttingDown as exc:
         raise _shutting_down(str(exc), runtime.settings.retry_after_s) from None
     except GenerationFailed as exc:
+        if not runtime.engine.health().ok:  # failed before any event because the upstream went down
+            raise _unavailable(runtime) from None
         raise ApiError(500, str(exc), code="generation_failed") from None
     finally:
         if not streaming:

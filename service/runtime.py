@@ -1,6 +1,7 @@
 """The long-lived objects of one service process, built once by the app's lifespan.
 
-One model instance per process (loaded here, owned by the worker threads), the tokenizer and its
+The engine (:class:`guardrail.engines.base.Engine`, built by :func:`service.engines.build_engine`: the embedded
+transformers model, in-process vLLM, or a gateway to a remote server), the tokenizer and its
 :class:`~guardrail.matching.vocab.TokenVocab`, the artefact cache (memory → Redis → disk → compile), the word-list
 store and its in-memory catalog, and the generation worker.
 """
@@ -17,19 +18,18 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
-from guardrail.engines.drafting import SpeculativeConfig
-from guardrail.engines.transformers.batched import BatchedDecoder
-from guardrail.engines.transformers.decoder import StreamingDecoder
+from guardrail.engines.base import Engine
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
-from guardrail.models import load_model, load_tokenizer
+from guardrail.models import load_tokenizer
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist, with_obfuscation
 from service.catalog import WordListCatalog
+from service.engines import build_engine
 from service.metrics import ServiceMetrics
 from service.settings import Settings
 from service.stores.embedded import EmbeddedStore
@@ -82,18 +82,10 @@ class Runtime:
         self.started_at = int(time.time())
         self.model_id = settings.model  # what /v1/models lists and requests must name
         transformers_logging.disable_progress_bar()  # stderr carries JSON lines only
-        self.tokenizer = load_tokenizer(settings.model)
-        self.model = load_model(settings.model)
+        # The tokenizer only: the engine loads weights if it needs them (the remote engine never does).
+        self.tokenizer = load_tokenizer(settings.tokenizer or settings.model)
         self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
-        self.vocab_size = len(self.vocab.token_bytes)
-        self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
-        self.decoder = StreamingDecoder(self.model, self.tokenizer, self.vocab,
-                                        speculative=SpeculativeConfig(num_tokens=settings.speculative_tokens))
-        self.driver = None  # the vLLM engine (GUARDRAIL_ENGINE=vllm); guarded with the same vocab and artefacts
-        if settings.engine == "vllm":
-            from guardrail.engines.vllm.driver import VLLMDriver
-
-            self.driver = VLLMDriver.load(settings.model, vocab=self.vocab, **settings.vllm_engine_args)
+        self.engine: Engine = build_engine(settings, self.tokenizer, self.vocab, on_step=metrics.batch_size.observe)
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
@@ -108,12 +100,8 @@ class Runtime:
         self.store = open_store(settings)
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
                                        settings.version_poll_interval_s)
-        # Continuous batching: one worker thread per batch row, each blocked on its own row's event stream.
-        # On vLLM the engine batches by itself; the embedded batch loop is not started.
-        self.batched = None if self.driver is not None else BatchedDecoder(
-            self.decoder, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
-            prefix_cache_bytes=settings.prefix_cache_mb * 2**20, on_step=metrics.batch_size.observe)
-        threads = max(settings.max_concurrent, settings.max_batch)
+        # One worker thread per stream the engine runs at once, each blocked on its own stream's events.
+        threads = max(settings.max_concurrent, self.engine.capacity)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         self._text_matchers: OrderedDict[tuple[object, ...], TextMatcher] = OrderedDict()
         self._matchers_lock = threading.Lock()
@@ -131,27 +119,27 @@ class Runtime:
             self.catalog.stop()
             raise ValueError(f"GUARDRAIL_WORDLISTS names unknown word lists {missing}; known: "
                              f"{', '.join(self.catalog.names())}")
-        if self.batched is not None:
-            self.batched.start()
+        try:
+            self.engine.start()
+        except Exception:
+            self.catalog.stop()
+            raise
         self.worker.start()
         threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
 
     def close(self) -> None:
         self.worker.stop()
-        if self.driver is not None:
-            self.driver.close()
-        if self.batched is not None:
-            self.batched.stop()
+        self.engine.close()
         self.catalog.stop()
         self.store.close()
 
     def engine_problem(self) -> str | None:
-        """Why this process cannot generate now (an engine or worker thread ended), or None (``/readyz``,
-        ``/healthz``)."""
-        if self.driver is not None and not self.driver.alive:
-            return "the vLLM engine loop is not running"
-        if self.batched is not None and not self.batched.alive:
-            return "the batch decoding loop is not running"
+        """Why this process cannot generate now, or None (``/readyz`` answers 503 ``unavailable``, ``/healthz``
+        503): an in-process engine loop or a worker thread ended. A remote upstream that does not answer is not
+        this process's problem: restarting it would not help, so ``/readyz`` reports it as ``degraded``."""
+        health = self.engine.health()
+        if not health.ok and self.engine.name != "remote":
+            return health.detail
         if not self.worker.alive():
             return "a generation worker thread is not running"
         return None
@@ -166,10 +154,36 @@ class Runtime:
         stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
         own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
         artefact = self.artefacts.get_with_request(self.vocab, stored, own)
-        if self.driver is not None:
-            return self.driver.stream(prompt_ids, artefact=artefact, params=params, cancel=cancel)
-        assert self.batched is not None  # built whenever there is no vLLM driver
-        return self.batched.stream(list(prompt_ids), artefact, params, cancel)
+        return self.engine.stream(prompt_ids, artefact, params, cancel)
+
+    @property
+    def context_length(self) -> int:
+        """Prompt + completion tokens at most: the engine's real ``max_model_len`` (the remote engine's is
+        read from the upstream at start)."""
+        return self.engine.context_length
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids a request may name are below this (the model's logits width)."""
+        return self.engine.num_logits
+
+    @property
+    def model_config(self):
+        """What the watermark detector needs of the model's config (``vocab_size``, ``bos_token_id``)."""
+        return self.engine.model_config  # type: ignore[attr-defined]
+
+    # The embedded engine's parts, for the tests and tools that reach into it (None on other engines).
+    @property
+    def model(self):
+        return getattr(self.engine, "model", None)
+
+    @property
+    def decoder(self):
+        return getattr(self.engine, "decoder", None)
+
+    @property
+    def batched(self):
+        return getattr(self.engine, "batched", None)
 
     def _warm_up(self) -> None:
         try:

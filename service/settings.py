@@ -48,12 +48,31 @@ class Settings(BaseSettings):
 
     # -- model and default lists ------------------------------------------------------------------
     model: str = Field("smollm2", description="Model name (smollm2, gemma3) or a local path.")
-    engine: Literal["transformers", "vllm"] = Field(
-        "transformers", description="transformers (embedded, default) or vllm (needs the vllm extra; docs/vllm.md)."
+    engine: Literal["transformers", "vllm", "remote"] = Field(
+        "transformers", description="transformers (embedded, default), vllm (in-process; needs the vllm extra) or "
+        "remote (a gateway to an inference server that already runs: GUARDRAIL_UPSTREAM_URL); docs/engines.md."
     )
+    tokenizer: str | None = Field(
+        None, description="The tokenizer (a bundled model name or a local Hugging Face directory); unset = the "
+        "model's. engine=remote loads only this, and checks it against the upstream's at start-up.")
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description='More vllm.EngineArgs for engine=vllm, JSON: {"enforce_eager": true}.'
     )
+    upstream_url: str | None = Field(
+        None, description="engine=remote: the upstream server's root URL (vLLM's OpenAI server: http://host:8000).")
+    upstream_model: str | None = Field(
+        None, description="engine=remote: the upstream model id requests name; unset = the first /v1/models lists.")
+    upstream_max_streams: int = Field(
+        32, ge=1, description="engine=remote: streams sent to the upstream at once (pooled connections).")
+    upstream_connect_timeout_s: float = Field(
+        2.0, gt=0, description="engine=remote: opening a connection to the upstream, seconds.")
+    upstream_read_timeout_s: float = Field(
+        60.0, gt=0, description="engine=remote: longest wait for the upstream's next bytes (a long prefill), seconds.")
+    upstream_retries: int = Field(
+        2, ge=0, description="engine=remote: retries of a connection that could not be opened (never of a request "
+        "the upstream received).")
+    upstream_health_interval_s: float = Field(
+        1.0, gt=0, description="engine=remote: how often the upstream's /health is probed, seconds.")
     wordlists: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["en"],
         description="Word lists applied when a request names none (the default set).",
@@ -176,7 +195,7 @@ class Settings(BaseSettings):
     def _comma_separated(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("redis_url", "admin_token", mode="before")
+    @field_validator("redis_url", "admin_token", "upstream_url", "tokenizer", "upstream_model", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -28,8 +28,14 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     serve.add_argument("--port", type=int, default=8000, help="port to bind")
     serve.add_argument("--model", default=None, help="smollm2 | gemma3 | local HF dir | .gguf path "
                        "(default: GUARDRAIL_MODEL, else smollm2)")
-    serve.add_argument("--engine", choices=("transformers", "vllm"), default=None,
-                       help="generation engine (default: GUARDRAIL_ENGINE, else transformers; vllm: docs/vllm.md)")
+    serve.add_argument("--engine", choices=("transformers", "vllm", "remote"), default=None,
+                       help="generation engine (default: GUARDRAIL_ENGINE, else transformers; docs/engines.md)")
+    serve.add_argument("--upstream", default=None, metavar="URL",
+                       help="--engine remote: the inference server to guard, e.g. http://127.0.0.1:8001 "
+                       "(default: GUARDRAIL_UPSTREAM_URL)")
+    serve.add_argument("--tokenizer", default=None, metavar="NAME_OR_DIR",
+                       help="the tokenizer, checked against the upstream's (default: GUARDRAIL_TOKENIZER, "
+                       "else the model's)")
     serve.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                        help="default word lists: stored names or .txt files (default: GUARDRAIL_WORDLISTS, else en)")
     serve.add_argument("--redis-url", default=None, help="share lists and artefacts through Redis "
@@ -67,6 +73,10 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides["model"] = args.model
     if args.engine is not None:
         overrides["engine"] = args.engine
+    if args.upstream is not None:
+        overrides["upstream_url"] = args.upstream
+    if args.tokenizer is not None:
+        overrides["tokenizer"] = args.tokenizer
     if args.wordlist is not None:
         overrides["wordlists"] = split_names(args.wordlist)
     if args.redis_url is not None:

@@ -43,16 +43,20 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 def readiness(*, draining: bool, drain_seconds: float, engine_problem: str | None, load: Load,
-              queue_fraction: float, store: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+              queue_fraction: float, store: dict[str, Any], engine: dict[str, Any] | None = None,
+              ) -> tuple[str, dict[str, Any]]:
     """The readiness status and its checks. Status, by precedence: ``draining`` (SIGTERM received),
     ``unavailable`` (the engine cannot generate), ``overloaded`` (the waiting generations fill
     ``queue_fraction`` of the queue, see :meth:`Load.saturated`), ``degraded`` (the store does not
-    answer; the replica serves from its in-memory lists), ``ready``. The first three are answered 503."""
+    answer, the replica serves from its in-memory lists; or a remote upstream does not answer, shared by
+    every replica, so taking this one out would not help), ``ready``. The first three are answered 503.
+    ``engine``: the engine's check (``kind``, ``up``, ``detail``)."""
     overloaded = load.saturated(queue_fraction)
     checks: dict[str, Any] = {
         "drain": {"draining": draining, **({"seconds": round(drain_seconds, 1)} if draining else {})},
         "model": {"loaded": True, "engine": engine_problem or "up"},
         "store": store,
+        **({"engine": engine} if engine is not None else {}),
         "worker": {"running": load.running, "waiting": load.waiting, "threads": load.threads,
                    "max_queue": load.max_queue, "overloaded": overloaded},
     }
@@ -62,7 +66,7 @@ def readiness(*, draining: bool, drain_seconds: float, engine_problem: str | Non
         status = "unavailable"
     elif overloaded:
         status = "overloaded"
-    elif not store["up"]:
+    elif not store["up"] or (engine is not None and not engine["up"]):
         status = "degraded"
     else:
         status = "ready"
@@ -81,7 +85,8 @@ def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
     take every replica out of the load balancer at once during a Redis outage. The
     ``guardrail_redis_up`` metric and its alert carry the outage to operators. ``checks.store.data_lost``
     appears once the store noticed that Redis lost its data (``guardrail_store_resets_total``, alert
-    ``GuardrailStoreDataLost``).
+    ``GuardrailStoreDataLost``). ``checks.engine``: the engine's last known state; with a remote upstream that
+    does not answer, generation requests get 503 with ``Retry-After`` and the status is ``degraded``.
     """
     catalog = runtime.catalog
     store: dict[str, Any] = {"kind": runtime.store.kind, "up": catalog.healthy}
@@ -90,10 +95,12 @@ def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
         store["data_lost"] = {"count": resets, "last_at": runtime.store.last_reset_at}
     if catalog.last_error:
         store["error"] = catalog.last_error
+    health = runtime.engine.health()
+    engine = {"kind": runtime.engine.name, "up": health.ok, "detail": health.detail}
     drain = request.app.state.drain
     status, checks = readiness(draining=drain.draining, drain_seconds=drain.seconds(),
                                engine_problem=runtime.engine_problem(), load=runtime.worker.load(),
-                               queue_fraction=runtime.settings.ready_queue_fraction, store=store)
+                               queue_fraction=runtime.settings.ready_queue_fraction, store=store, engine=engine)
     checks["model"]["id"] = runtime.model_id
     body = {
         "status": status,

@@ -25,7 +25,7 @@ def detect(body: WatermarkDetectRequest, runtime: RuntimeDep) -> WatermarkDetect
     else:
         ids, param = runtime.tokenizer.encode(body.text or "", add_special_tokens=False), "text"
     try:
-        verdict = detect_watermark(ids, runtime.model.config, hashing_key=runtime.settings.watermark_key,
+        verdict = detect_watermark(ids, runtime.model_config, hashing_key=runtime.settings.watermark_key,
                                    z_threshold=body.z_threshold)
     except ValueError as exc:
         raise ApiError(400, str(exc), param=param, code="invalid_value") from None

@@ -123,11 +123,14 @@ class ServiceProcess(LiveServer):
         self._log.close()
 
 
-def start_service_process(tmp: Path, env: dict[str, str], cli: bool = False) -> ServiceProcess:
-    """A service process on a free port: ``guardrail serve`` (``cli=True``) or uvicorn's factory."""
+def start_service_process(tmp: Path, env: dict[str, str], cli: bool = False,
+                          extra_args: list[str] | None = None) -> ServiceProcess:
+    """A service process on a free port: ``guardrail serve`` (``cli=True``, with ``extra_args``) or uvicorn's
+    factory."""
     port = free_port()
     if cli:
-        args = [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        args = [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
+                *(extra_args or [])]
     else:
         args = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
                 "--port", str(port), "--no-access-log"]

@@ -1,0 +1,90 @@
+"""The engine interface: what the service needs from whatever generates tokens (docs/engines.md).
+
+Three engines implement it: the embedded transformers engine (``service.engines.EmbeddedEngine``, batched,
+the default), the in-process vLLM engine (``service.engines.VLLMEngine`` over
+:class:`~guardrail.engines.vllm.driver.VLLMDriver`) and the gateway to a remote inference server
+(:class:`~guardrail.engines.remote.engine.RemoteEngine`). Every one drives a
+:class:`~guardrail.guard.session.GuardSession` per request and yields the same events (docs/design.md,
+"Engines and scale"); only how a rollback reaches the model differs (crop the KV cache, or resubmit the
+prompt plus the kept tokens).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from guardrail.guard.events import Event
+from guardrail.matching.combined import ArtefactLike
+from guardrail.params import SamplingParams
+
+__all__ = ["Engine", "EngineHealth", "EngineUnavailable"]
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot take requests now (a remote upstream is down); the service answers 503 with
+    ``Retry-After`` before a stream starts.
+
+    Attributes:
+        retry_after_s: a hint for the client, seconds.
+    """
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    """Whether the engine can take requests.
+
+    Attributes:
+        ok: ``False``: new requests get 503 (``Retry-After``), ``/readyz`` says why.
+        detail: what was checked, or the failure (no user text).
+    """
+
+    ok: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation engine behind the service.
+
+    Attributes:
+        name: ``"transformers"``, ``"vllm"`` or ``"remote"`` (``GUARDRAIL_ENGINE``).
+        capacity: generations the engine runs at once (the worker runs this many threads).
+        context_length: prompt + completion tokens at most (the engine's real ``max_model_len``).
+        num_logits: width of the model's logits rows (token ids a request may name are below it).
+    """
+
+    name: str
+    capacity: int
+    context_length: int
+    num_logits: int
+
+    def start(self) -> None:
+        """Start background work and check the engine can serve.
+
+        Raises:
+            RuntimeError: the engine cannot serve (a remote upstream down, another tokenizer), naming why.
+        """
+
+    def close(self) -> None:
+        """Stop; streams in flight end with ``cancelled`` or an error."""
+
+    def health(self) -> EngineHealth:
+        """Cheap (no I/O on the caller's thread): the last known state."""
+
+    def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
+               cancel: threading.Event) -> Iterator[Event]:
+        """Generate after ``prompt_ids``, guarded by ``artefact`` (``None``: unguarded): :class:`TextDelta`
+        and :class:`Rollback` events, then one :class:`Finish`. Runs on a worker thread.
+
+        Raises:
+            ValueError: a parameter the engine refuses (named), before any generation (answered 400).
+            EngineUnavailable: the engine cannot take the request (answered 503 before a stream).
+            RuntimeError: from the iterator, when generation failed midway (an SSE error event).
+        """

@@ -1,0 +1,1 @@
+"""The gateway engine: guard an inference server that already runs, over HTTP (docs/engines.md)."""

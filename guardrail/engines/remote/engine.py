@@ -1,0 +1,317 @@
+"""The gateway engine: guard an inference server that already runs, token by token, over HTTP.
+
+The service renders the chat template and sends token ids, so it sees every token the upstream decodes
+(``return_token_ids``). Each request's tokens go through its :class:`GuardSession`; only released text
+leaves (hold-back as on the other engines). The upstream cannot crop a running request, so a rollback is a
+resubmission, as on the in-process vLLM engine (docs/design.md, "Engines and scale")::
+
+    continuation:   POST /v1/completions {prompt: prompt + kept, stream, return_token_ids,
+                                          logit_bias: standing ids -> -100, max_tokens: room}
+      each token -> GuardSession.accept: keep (release text) | rollback | finish
+    on a rollback:  close the stream (the upstream aborts the request), then
+                    POST {prompt: prompt + kept, logit_bias: standing + the position's bans -> -100,
+                          max_tokens: 1}               -- the re-pick at the rollback position
+                    and a continuation from there on.
+
+The resubmitted prompt is the aborted request's prefix: an upstream with prefix caching serves it from the KV
+blocks that request filled (only the tail past the last full block is prefilled again).
+
+Fail closed: ``logit_bias`` is a bias, not a mask (vLLM clamps it to -100). A token the upstream returns
+although it was banned for that request is never given to the session: it counts as a hit at that position
+(``max_rollbacks_per_position`` and ``max_rollbacks`` apply; beyond them ``content_filter``), and the position
+is asked again. Whatever the upstream returns, no banned term is released: the session matches the text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+
+from guardrail.engines.base import EngineHealth, EngineUnavailable
+from guardrail.engines.remote.client import UpstreamClient, UpstreamError
+from guardrail.engines.remote.upstream import UpstreamInfo, check_upstream
+from guardrail.guard.events import Event, Finish, FinishReason, Usage
+from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
+from guardrail.matching.combined import ArtefactLike
+from guardrail.matching.vocab import TokenVocab
+from guardrail.params import GREEDY_TEMPERATURE, SamplingParams
+
+__all__ = ["BAN_BIAS", "RemoteEngine", "RemoteUsage"]
+
+log = logging.getLogger("guardrail.engines.remote")
+
+#: The ``logit_bias`` of a banned id: vLLM clamps biases to [-100, 100]; -100 leaves a probability of about
+#: e^-100 relative to the top token, never picked greedily (and caught if picked: fail closed).
+BAN_BIAS = -100.0
+#: SamplingParams fields the gateway does not implement (the embedded engine does).
+UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark")
+
+
+@dataclass(frozen=True)
+class RemoteUsage(Usage):
+    """:class:`Usage` of a generation through the gateway.
+
+    Attributes:
+        requests: upstream requests made (the first, re-picks and continuations).
+        resubmissions: re-picks after a hit (``max_tokens: 1`` requests with the position's bans);
+            ``reprefills`` counts the same.
+        banned_returned: tokens the upstream returned despite their ban (each counted as a hit, never kept).
+    """
+
+    requests: int = 0
+    resubmissions: int = 0
+    banned_returned: int = 0
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.resubmissions = 0
+        self.banned_returned = 0
+        self.chunks = 0
+        self.cached_tokens = 0
+        self.banned_at: dict[int, int] = {}
+        self.started = time.perf_counter()
+
+
+class RemoteEngine:
+    """The gateway to an OpenAI-compatible upstream that takes and returns token ids (vLLM's server).
+
+    Args:
+        url: the upstream's root URL.
+        tokenizer: the upstream model's tokenizer (checked against the upstream at :meth:`start`).
+        vocab: its bytes table (the artefacts are compiled for it).
+        model: the upstream model id (default: the first ``/v1/models`` lists).
+        capacity: streams at once (the worker's threads; one pooled connection each).
+        connect_timeout_s, read_timeout_s, retries: see :class:`UpstreamClient`.
+        health_interval_s: how often ``/health`` is probed, seconds.
+        retry_after_s: the ``Retry-After`` hint while the upstream is down, seconds.
+        context_length: used until :meth:`start` reads the upstream's ``max_model_len``, tokens.
+        transport: see :class:`UpstreamClient`.
+    """
+
+    name = "remote"
+
+    def __init__(self, url: str, tokenizer: Any, vocab: TokenVocab, *, model: str | None = None, capacity: int = 32,
+                 connect_timeout_s: float = 2.0, read_timeout_s: float = 60.0, retries: int = 2,
+                 health_interval_s: float = 1.0, retry_after_s: int = 1, context_length: int = 2048,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.capacity = capacity
+        self.context_length = context_length
+        self.num_logits = len(vocab)
+        self.eos_ids = frozenset(vocab.eos_ids)
+        self.model_config = SimpleNamespace(vocab_size=self.num_logits, bos_token_id=tokenizer.bos_token_id)
+        self.client = UpstreamClient(url, max_connections=capacity + 2, connect_timeout_s=connect_timeout_s,
+                                     read_timeout_s=read_timeout_s, retries=retries, transport=transport)
+        self.info: UpstreamInfo | None = None
+        self._model = model
+        self._health_interval_s = health_interval_s
+        self._probe_timeout_s = connect_timeout_s
+        self._retry_after_s = retry_after_s
+        self._health = EngineHealth(False, "not started")
+        self._stopped = threading.Event()
+        self._prober: threading.Thread | None = None
+
+    # -- Engine --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Check the upstream (:func:`check_upstream`) and start the health probe.
+
+        Raises:
+            UpstreamMismatch: unreachable, another tokenizer, or a missing capability (named).
+        """
+        self.info = check_upstream(self.client, self.tokenizer, self._model)
+        if self.info.max_model_len:
+            self.context_length = self.info.max_model_len
+        self._health = EngineHealth(True, f"upstream {self.url} serves {self.info.model!r}")
+        log.info("upstream checked", extra={"upstream": self.url, "upstream_model": self.info.model,
+                                            "max_model_len": self.context_length})
+        self._prober = threading.Thread(target=self._probe, name="guardrail-upstream-health", daemon=True)
+        self._prober.start()
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._prober is not None:
+            self._prober.join(timeout=self._health_interval_s + self._probe_timeout_s + 1)
+        self.client.close()
+
+    def health(self) -> EngineHealth:
+        return self._health
+
+    def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
+               cancel: threading.Event | None = None) -> Iterator[Event]:
+        """See :meth:`guardrail.engines.base.Engine.stream`; the Finish's usage is a :class:`RemoteUsage`.
+
+        Raises:
+            ValueError: empty prompt, an id outside the vocab, a prompt of ``context_length`` tokens or more, a
+                parameter the gateway does not implement (named) — before any request.
+            EngineUnavailable: the upstream is down (before a request), or refused the first connection.
+            RuntimeError: from the iterator: the upstream failed midway (:class:`UpstreamError`, or the
+                connection broke).
+        """
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids must not be empty")
+        bad = [t for t in prompt if not 0 <= t < self.num_logits]
+        if bad:
+            raise ValueError(f"prompt_ids: token ids must be in [0, {self.num_logits}), got {bad[:10]}")
+        if len(prompt) >= self.context_length:
+            raise ValueError(f"prompt_ids: {len(prompt)} tokens, the upstream's max_model_len is {self.context_length}")
+        defaults = SamplingParams()
+        unsupported = [name for name in UNSUPPORTED if getattr(params, name) != getattr(defaults, name)]
+        if unsupported:
+            raise ValueError(f"not supported on the remote engine: {unsupported}")
+        params.check_vocab(self.num_logits)
+        if not self._health.ok:
+            raise EngineUnavailable(f"the upstream is down ({self._health.detail})", self._retry_after_s)
+        session = GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
+                               max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
+                               max_rollbacks_per_position=params.max_rollbacks_per_position,
+                               num_logits=self.num_logits, prompt_tokens=len(prompt),
+                               evasion_guard=params.evasion_guard)
+        return self._run(prompt, params, session, cancel or threading.Event())
+
+    # -- the decode loop -----------------------------------------------------------------------------
+    def _run(self, prompt: list[int], params: SamplingParams, session: GuardSession,
+             cancel: threading.Event) -> Iterator[Event]:
+        counters = _Counters()
+        while True:
+            if cancel.is_set():
+                yield from self._finish(session, "cancelled", counters)
+                return
+            position = session.position
+            room = min(params.max_tokens - position, self.context_length - len(prompt) - position)
+            if room <= 0 or time.perf_counter() - counters.started > params.timeout_s:
+                yield from self._finish(session, "length", counters)
+                return
+            bans = session.bans.banned(position)
+            banned = {int(t) for t in session.standing_ids()} | {int(t) for t in bans}
+            single = bool(bans)  # a re-pick: one token under the position's bans, then a plain continuation
+            body = self._body(prompt + list(session.token_ids), params, 1 if single else room, banned, position,
+                              counters.requests)
+            counters.requests += 1
+            counters.resubmissions += single
+            reason = yield from self._request(body, session, banned, cancel, counters, params)
+            if reason is not None:
+                yield from self._finish(session, reason, counters)
+                return
+
+    def _request(self, body: dict[str, Any], session: GuardSession, banned: set[int], cancel: threading.Event,
+                 counters: _Counters, params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
+        """Stream one upstream request through the session. Returns (as the generator's value) the finish
+        reason, or ``None`` to send the next request (a rollback, a re-pick done, the upstream's length)."""
+        received = 0
+        upstream_reason = None
+        try:
+            with self.client.stream_completion(body) as chunks:
+                for chunk in chunks:
+                    counters.chunks += bool(chunk.get("choices"))  # one decode step each (the usage chunk: none)
+                    usage = chunk.get("usage") or {}
+                    counters.cached_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+                                                  or 0)
+                    for choice in chunk.get("choices") or ():
+                        ids = choice.get("token_ids")
+                        if ids is None:
+                            raise UpstreamError("upstream stream chunk without token_ids (return_token_ids)")
+                        for token in ids:
+                            received += 1
+                            token = int(token)
+                            if token in banned or not 0 <= token < self.num_logits:
+                                return self._banned_returned(session, counters, params)  # closes the stream
+                            step = session.accept(token)
+                            yield from step.events
+                            if step.kind == ROLLBACK:
+                                return None  # leaving the block closes the stream: the upstream aborts
+                            if step.kind == FINISH:
+                                assert step.finish_reason is not None, "a finish step carries its reason"
+                                return step.finish_reason
+                            if cancel.is_set():
+                                return "cancelled"
+                            if time.perf_counter() - counters.started > params.timeout_s:
+                                return "length"
+                        upstream_reason = choice.get("finish_reason") or upstream_reason
+        except httpx.ConnectError as exc:
+            self._health = EngineHealth(False, f"upstream {self.url} refused a connection")
+            if counters.requests == 1:
+                raise EngineUnavailable(f"the upstream cannot be reached ({type(exc).__name__})",
+                                        self._retry_after_s) from exc
+            raise RuntimeError(f"the upstream connection failed midway ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"the upstream connection failed midway ({type(exc).__name__})") from exc
+        if received == 0:
+            raise UpstreamError(f"upstream returned no token (finish_reason={upstream_reason!r})")
+        if body["max_tokens"] == 1 or upstream_reason == "length":
+            return None  # a re-pick done, or the upstream's own token limit: ask for the rest
+        # The upstream ended the text where the session did not (its stop): the end-of-text rule applies.
+        step = session.end_of_text("stop" if upstream_reason == "stop" else "length")
+        yield from step.events
+        return None if step.kind == ROLLBACK else step.finish_reason
+
+    def _banned_returned(self, session: GuardSession, counters: _Counters,
+                         params: SamplingParams) -> FinishReason | None:
+        """A token banned for this request came back anyway (or an id outside the vocab): never kept; a hit at
+        the position, under the same budgets as a rollback."""
+        counters.banned_returned += 1
+        position = session.position
+        count = counters.banned_at[position] = counters.banned_at.get(position, 0) + 1
+        log.warning("upstream returned a banned token", extra={"position": position})
+        if count > params.max_rollbacks_per_position or counters.banned_returned > params.max_rollbacks:
+            return "content_filter"
+        return None
+
+    def _body(self, prompt: list[int], params: SamplingParams, max_tokens: int, banned: set[int], position: int,
+              submissions: int) -> dict[str, Any]:
+        assert self.info is not None, "start() checks the upstream first"
+        bias = {str(k): float(v) for k, v in params.logit_bias.items()}
+        bias.update({str(t): BAN_BIAS for t in banned})  # a client's bias never lifts a ban
+        greedy = params.temperature < GREEDY_TEMPERATURE
+        body: dict[str, Any] = {
+            "model": self.info.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0 if greedy else params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            # A continuation's output starts at `position`: min_tokens counts what is still owed.
+            "min_tokens": max(0, params.min_tokens - position),
+            "ignore_eos": params.ignore_eos,
+            "stop_token_ids": sorted(params.end_ids(self.eos_ids)),
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        }
+        if bias:
+            body["logit_bias"] = bias
+        if params.seed is not None:
+            # Each request draws afresh: a repeated seed would re-draw the token the rollback rejected.
+            body["seed"] = (params.seed + submissions) % 2**63
+        return body
+
+    def _finish(self, session: GuardSession, reason: FinishReason, counters: _Counters) -> Iterator[Event]:
+        events = session.finish(reason, forward_passes=counters.chunks, reprefills=counters.resubmissions,
+                                seconds=time.perf_counter() - counters.started, cached_tokens=counters.cached_tokens)
+        *rest, last = events
+        assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
+        usage = RemoteUsage(**asdict(last.usage), requests=counters.requests,
+                            resubmissions=counters.resubmissions, banned_returned=counters.banned_returned)
+        yield from rest
+        yield Finish(last.reason, last.text, usage, last.token_ids)
+
+    def _probe(self) -> None:
+        while not self._stopped.wait(self._health_interval_s):
+            up = self.client.ok("/health", self._probe_timeout_s)
+            if up != self._health.ok:
+                log.warning("upstream up" if up else "upstream down", extra={"upstream": self.url})
+            self._health = EngineHealth(up, f"upstream {self.url} " + ("answers" if up else "does not answer /health"))

@@ -1,0 +1,80 @@
+"""The gateway engine's fail-closed rule and its resubmission protocol, against a scripted upstream.
+
+vLLM's real server (tests/gateway) honours ``logit_bias`` -100, so it cannot show what the gateway does when an
+upstream returns a banned token anyway: this scripted upstream (an ``httpx.MockTransport``: a fake, for that
+reason only) ignores every bias and always decodes the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from guardrail.engines.remote.engine import BAN_BIAS, RemoteEngine
+from guardrail.engines.remote.upstream import UpstreamMismatch
+from guardrail.guard.events import Completion
+from guardrail.matching.cache import ArtefactCache
+from guardrail.params import SamplingParams
+from guardrail.wordlists.wordlist import wordlist_from_terms
+
+
+class ScriptedUpstream:
+    """Decodes ``script`` after any prompt that starts with ``base`` (the kept tokens continue it), whatever
+    the request's ``logit_bias``; records every completion request."""
+
+    def __init__(self, tokenizer, base: list[int], script: list[int], tokenize_offset: int = 0) -> None:
+        self.tokenizer, self.base, self.script, self.offset = tokenizer, base, script, tokenize_offset
+        self.requests: list[dict] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "scripted", "max_model_len": 2048}]})
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            ids = self.tokenizer.encode(body["prompt"], add_special_tokens=False)
+            return httpx.Response(200, json={"tokens": [t + self.offset for t in ids]})
+        self.requests.append(body)
+        done = len(body["prompt"]) - len(self.base) if body["prompt"][:len(self.base)] == self.base else 0
+        tokens = self.script[done:done + body["max_tokens"]]
+        lines = [f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [t], 'finish_reason': None}]})}"
+                 for t in tokens]
+        lines.append(f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [], 'finish_reason': 'length'}]})}")
+        return httpx.Response(200, text="\n\n".join([*lines, "data: [DONE]", ""]),
+                              headers={"content-type": "text/event-stream"})
+
+
+def engine_for(upstream: ScriptedUpstream, tokenizer, vocab) -> RemoteEngine:
+    engine = RemoteEngine("http://upstream", tokenizer, vocab, transport=httpx.MockTransport(upstream))
+    engine.start()
+    return engine
+
+
+def test_a_banned_token_the_upstream_returns_anyway_is_never_kept(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Say it:", add_special_tokens=False)
+    script = smollm2_tokenizer.encode(" I am sorry about that", add_special_tokens=False)
+    upstream = ScriptedUpstream(smollm2_tokenizer, base, script)
+    engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
+    upstream.requests.clear()  # the start-up check's probe
+    try:
+        artefact = ArtefactCache(cache_dir=None).get_with_request(smollm2_vocab, [], [wordlist_from_terms(["sorry"])])
+        params = SamplingParams(temperature=0, max_tokens=16, max_rollbacks_per_position=3)
+        done = Completion.from_events(engine.stream(base, artefact, params, threading.Event()))
+    finally:
+        engine.close()
+    assert "sorry" not in done.text and done.finish_reason == "content_filter"
+    assert done.usage.banned_returned == 4  # the 4th return of the banned token is past the position's budget
+    sorry_at = len(smollm2_tokenizer.encode(" I am", add_special_tokens=False))
+    first = str(script[sorry_at])
+    repicks = [r for r in upstream.requests if r["max_tokens"] == 1]
+    # Each re-pick resubmits prompt + kept tokens with the position's ban as logit_bias, one token at a time.
+    assert repicks and all(r["prompt"] == base + script[:sorry_at] and r["logit_bias"][first] == BAN_BIAS
+                           for r in repicks)
+
+
+def test_an_upstream_with_another_tokenizer_is_refused(smollm2_tokenizer, smollm2_vocab):
+    upstream = ScriptedUpstream(smollm2_tokenizer, [1], [2], tokenize_offset=1)
+    with pytest.raises(UpstreamMismatch, match="tokenizer mismatch"):
+        engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
