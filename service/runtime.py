@@ -81,11 +81,19 @@ class Runtime:
         started = time.perf_counter()
         self.started_at = int(time.time())
         self.model_id = settings.model  # what /v1/models lists and requests must name
+        # The store first: a second process on the embedded store's data directory fails here, in
+        # milliseconds, rather than after the model load (service/stores/embedded.py locks it).
+        self.store = open_store(settings)
         transformers_logging.disable_progress_bar()  # stderr carries JSON lines only
-        # The tokenizer only: the engine loads weights if it needs them (the remote engine never does).
-        self.tokenizer = load_tokenizer(settings.tokenizer or settings.model)
-        self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
-        self.engine: Engine = build_engine(settings, self.tokenizer, self.vocab, on_step=metrics.batch_size.observe)
+        try:
+            # The tokenizer only: the engine loads weights if it needs them (the remote engine never does).
+            self.tokenizer = load_tokenizer(settings.tokenizer or settings.model)
+            self.vocab = TokenVocab.from_tokenizer(self.tokenizer)
+            self.engine: Engine = build_engine(settings, self.tokenizer, self.vocab,
+                                               on_step=metrics.batch_size.observe)
+        except BaseException:
+            self.store.close()  # releases the data directory's lock for a retry in this process
+            raise
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
@@ -97,7 +105,6 @@ class Runtime:
             on_compile=metrics.compile_duration.observe,
         )
         self.default_wordlists = default_set(settings)
-        self.store = open_store(settings)
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
                                        settings.version_poll_interval_s)
         # One worker thread per stream the engine runs at once, each blocked on its own stream's events.
