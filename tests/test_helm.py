@@ -347,9 +347,13 @@ OTHER_SERVICE_VARIABLES = {"GUARDRAIL_WORDLISTS_DIR"}
 # Settings the chart fills from elsewhere than `guardrail.*`: the volumes, the Secrets, the store mode.
 NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key"}
 # Settings of the gateway (engine=remote) only, rendered in that mode alone (the gateway tests below).
-REMOTE_ONLY = {"upstream_url", "tokenizer"}
+REMOTE_ONLY = {"upstream_url", "tokenizer", "upstream_model", "upstream_max_streams", "upstream_connect_timeout_s",
+               "upstream_read_timeout_s", "upstream_retries", "upstream_health_interval_s"}
 # Settings whose value under `guardrail` is not the camelCase of the field's name.
-VALUE_NAMES = {"wordlists": "defaultWordlists"}
+VALUE_NAMES = {"wordlists": "defaultWordlists", "upstream_url": "upstream.url", "upstream_model": "upstream.model",
+               "upstream_max_streams": "upstream.maxStreams", "upstream_connect_timeout_s": "upstream.connectTimeoutS",
+               "upstream_read_timeout_s": "upstream.readTimeoutS", "upstream_retries": "upstream.retries",
+               "upstream_health_interval_s": "upstream.healthIntervalS"}
 SCHEMA_BOUNDS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Gt: ("exclusiveMinimum", "gt"),
                  annotated_types.Le: ("maximum", "le"), annotated_types.Lt: ("exclusiveMaximum", "lt")}
 
@@ -357,6 +361,14 @@ SCHEMA_BOUNDS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Gt: ("ex
 def value_name(field: str) -> str:
     head, *rest = field.split("_")
     return VALUE_NAMES.get(field, head + "".join(part.capitalize() for part in rest))
+
+
+def schema_property(values: dict, field: str) -> dict:
+    """The schema of the `guardrail.*` value of a setting (nested: `upstream.maxStreams`)."""
+    *parents, leaf = value_name(field).split(".")
+    for parent in parents:
+        values = values[parent]["properties"]
+    return values[leaf]
 
 
 def settings_from(env: dict[str, str | None], monkeypatch):
@@ -379,7 +391,8 @@ def test_every_service_setting_is_rendered_and_defaults_to_the_services_default(
     fields = {f"GUARDRAIL_{name.upper()}" for name in Settings.model_fields}
     # The Redis URL only with a Redis (tests below); the vLLM engine arguments and the worker stall timeout only
     # when set (next test); the gateway's settings only with engine=remote.
-    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS", "GUARDRAIL_WORKER_STALL_TIMEOUT_S"}
+    conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS", "GUARDRAIL_WORKER_STALL_TIMEOUT_S",
+                   "GUARDRAIL_CHAT_TEMPLATE"}
     conditional |= {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
     assert fields - conditional <= rendered
     assert rendered - fields <= PENDING_SETTINGS | OTHER_SERVICE_VARIABLES
@@ -411,6 +424,7 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
         elif isinstance(default, float):
             chosen[name] = default * 2 + 0.25
     chosen |= {"ready_queue_fraction": 0.5, "worker_stall_timeout_s": 75.5,  # bounded above by 1 / no default
+               "chat_template": "hermes", "tool_call_parser": "json",
                "model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
                "wordlists": ["en", "de"], "redis_prefix": "tenant-a:", "evasion_guard": "edit",
                "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432}
@@ -437,7 +451,7 @@ def test_values_schema_holds_the_services_limits():
     for name, field in Settings.model_fields.items():
         if field.annotation not in (int, float):
             continue
-        prop = schema["auth"]["properties"]["watermarkKey"] if name == "watermark_key" else values[value_name(name)]
+        prop = schema["auth"]["properties"]["watermarkKey"] if name == "watermark_key" else schema_property(values, name)
         expected = {key: getattr(m, attr) for m in field.metadata for kind, (key, attr) in SCHEMA_BOUNDS.items()
                     if isinstance(m, kind)}
         bounds = {key: prop[key] for key, _ in SCHEMA_BOUNDS.values() if key in prop}

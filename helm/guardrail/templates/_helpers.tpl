@@ -166,6 +166,8 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_REQUEST_TIMEOUT_S" $g.requestTimeoutS)
   (list "GUARDRAIL_DRAIN_TIMEOUT_S" $g.drainTimeoutS)
   (list "GUARDRAIL_READY_QUEUE_FRACTION" $g.readyQueueFraction)
+  (list "GUARDRAIL_TOOL_CALL_PARSER" $g.toolCallParser)
+  (list "GUARDRAIL_SSE_KEEPALIVE_S" $g.sseKeepaliveS)
   (list "GUARDRAIL_ALLOW_ANONYMOUS" $g.allowAnonymous)
   (list "GUARDRAIL_ANONYMOUS_REQUESTS_PER_MINUTE" ($g.anonymousRequestsPerMinute | int64))
   (list "GUARDRAIL_ANONYMOUS_TOKENS_PER_MINUTE" ($g.anonymousTokensPerMinute | int64))
@@ -187,14 +189,25 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_LOG_LEVEL" $g.logLevel)
   (list "GUARDRAIL_DEBUG_LOG_PROMPTS" $g.debugLogPrompts)
 }}
+{{- if $g.chatTemplate }}
+{{- $settings = append $settings (list "GUARDRAIL_CHAT_TEMPLATE" $g.chatTemplate) }}
+{{- end }}
 {{- if not (kindIs "invalid" $g.workerStallTimeoutS) }}
 {{- $settings = append $settings (list "GUARDRAIL_WORKER_STALL_TIMEOUT_S" $g.workerStallTimeoutS) }}
 {{- end }}
 {{- if $remote }}
 {{- $settings = concat $settings (list
   (list "GUARDRAIL_UPSTREAM_URL" $g.upstream.url)
+  (list "GUARDRAIL_UPSTREAM_MAX_STREAMS" ($g.upstream.maxStreams | int64))
+  (list "GUARDRAIL_UPSTREAM_CONNECT_TIMEOUT_S" $g.upstream.connectTimeoutS)
+  (list "GUARDRAIL_UPSTREAM_READ_TIMEOUT_S" $g.upstream.readTimeoutS)
+  (list "GUARDRAIL_UPSTREAM_RETRIES" ($g.upstream.retries | int64))
+  (list "GUARDRAIL_UPSTREAM_HEALTH_INTERVAL_S" $g.upstream.healthIntervalS)
   (list "GUARDRAIL_TOKENIZER" (include "guardrail.tokenizer" .))
 ) }}
+{{- if $g.upstream.model }}
+{{- $settings = append $settings (list "GUARDRAIL_UPSTREAM_MODEL" $g.upstream.model) }}
+{{- end }}
 {{- else }}
 {{- $settings = concat $settings (list
   (list "GUARDRAIL_MAX_BATCH" ($g.maxBatch | int64))
