@@ -33,9 +33,15 @@ class CharSet:
 
     ranges: tuple[tuple[int, int], ...]
     _starts: list[int] = field(init=False, repr=False, compare=False, hash=False)
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_starts", [low for low, _ in self.ranges])
+        object.__setattr__(self, "_hash", hash(self.ranges))
+
+    def __hash__(self) -> int:
+        # Computed once: a set is a dict key once per NFA edge (an obfuscation NFA has tens of thousands).
+        return self._hash
 
     @classmethod
     def of(cls, points: Iterable[int]) -> CharSet:
