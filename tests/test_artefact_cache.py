@@ -35,28 +35,6 @@ def test_codec_round_trip_preserves_behaviour(smollm2_vocab, smollm2_tokenizer, 
     assert hits[0] == hits[1] and any(hits[0])
 
 
-def test_the_root_sweep_equals_feeding_every_token_from_the_text_start(smollm2_vocab):
-    """The sweep feeds tokens in text order from their shared prefix's state; each entry must be what feeding
-    the token alone from the text start gives (plain, case-sensitive, allow-term and regex streams)."""
-    mixed = parse_wordlist("sorry\nass | match=prefix\ncunt | match=substring\nBAD | case=sensitive\n"
-                           "re:s[o0]rr(?:y|ies)\nre:\\Bing\\b\n!Scunthorpe\n", "mixed")
-    artefact = compile_artefact(smollm2_vocab, [bundled_wordlist("en"), mixed])
-    sweep = artefact.sweep
-    assert len(artefact.automata) == 3 and len(sweep.always_banned) > 0
-    local: list[tuple[int, int]] = []
-    for token_id, data in enumerate(smollm2_vocab.token_bytes):
-        text = data.decode("utf-8", "replace") if not sweep.pending_bytes[token_id] else None
-        if text is None:  # an unfinished UTF-8 character: the decoded part only
-            text = data[:-int(sweep.pending_bytes[token_id])].decode("utf-8", "replace")
-        for stream, automaton in enumerate(artefact.automata):
-            state, count = automaton.feed(automaton.fresh(False), text, local)
-            exact = not local and not state.pending
-            local.clear()
-            flags = state.prev_word | (state.prev_space << 1) | (exact << 2)
-            assert (sweep.node[stream, token_id], sweep.symbols[stream, token_id], sweep.flags[stream, token_id]) \
-                == (state.node, count, flags), (token_id, data, stream)
-
-
 def test_codec_round_trip_of_regex_terms_rebuilds_the_same_automata(smollm2_vocab, smollm2_tokenizer, lists):
     regex = parse_wordlist("re:s[o0]rr(?:y|ies)\nre:NaN\\b | case=sensitive, match=substring\nre:l[i1]sten\n", "rx")
     artefact = compile_artefact(smollm2_vocab, [*lists, regex])
