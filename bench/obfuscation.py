@@ -254,6 +254,14 @@ def timed(fn):
     return result, time.perf_counter() - started
 
 
+def timed_cpu(fn):
+    """``(result, wall seconds, CPU seconds of this process)``: on a shared machine the CPU time does not
+    count the time spent waiting for a core (it does not count Redis's own work either)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.perf_counter() - started, time.process_time() - cpu
+
+
 def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7) -> dict:
     """Compile (cold, and warm from Redis in a fresh cache), a request's terms, the guard per token and the
     hold-back, at ``setting`` against ``off`` measured in the same run (en, both bundled tokenizers).
@@ -286,27 +294,31 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
             per_model: dict = {}
             for level in ("off", setting):
                 lists = with_obfuscation([bundled_wordlist("en")], level)
-                colds, warms = [], []
+                colds, warms, cold_cpu, warm_cpu = [], [], [], []
                 for rep in range(cold_reps):  # each under its own key: a miss in Redis, compiled and stored
                     obfuscation_automaton.compile_obfuscation_stream.cache_clear()
-                    (artefact, layer), seconds = timed(lambda lists=lists, vocab=vocab, rep=rep: ArtefactCache(
+                    (artefact, layer), seconds, cpu = timed_cpu(lambda lists=lists, vocab=vocab, rep=rep: ArtefactCache(
                         redis_url, None, key_prefix=f"{prefix}{rep}:").get(vocab, lists))
                     assert layer == "compile", layer
                     colds.append(seconds)
+                    cold_cpu.append(cpu)
                 for _ in range(warm_reps):
                     obfuscation_automaton.compile_obfuscation_stream.cache_clear()  # a fresh process has none
-                    (_, layer), seconds = timed(lambda lists=lists, vocab=vocab: ArtefactCache(
+                    (_, layer), seconds, cpu = timed_cpu(lambda lists=lists, vocab=vocab: ArtefactCache(
                         redis_url, None, key_prefix=f"{prefix}0:").get(vocab, lists))
                     assert layer == "redis", layer
                     warms.append(seconds)
+                    warm_cpu.append(cpu)
                 cold, warm = statistics.median(colds), statistics.median(warms)
                 # A request's 10 own terms, compiled apart and combined (a new set each time: no LRU hit).
-                request_ms = []
+                request_ms, request_cpu_ms = [], []
                 for rep in range(reps):
                     own = with_obfuscation([wordlist_from_terms([f"zorblat{rep}x{k}" for k in range(10)])], level)
-                    _, seconds = timed(lambda own=own, vocab=vocab, artefact=artefact, lists=lists: CombinedArtefact(
-                        artefact, compile_request_artefact(vocab, own, alongside=lists)).transition(0, 0))
+                    _, seconds, cpu = timed_cpu(lambda own=own, vocab=vocab, artefact=artefact, lists=lists:
+                                                CombinedArtefact(artefact, compile_request_artefact(
+                                                    vocab, own, alongside=lists)).transition(0, 0))
                     request_ms.append(seconds * 1000)
+                    request_cpu_ms.append(cpu * 1000)
                 # Guard per token: push + releasable over the prose, memo warm (second pass), and hold-back.
                 step_us, held, held_plain = [], [], []
                 for text, warm_passes in ((PROSE * 2, (False, True)), (PLAIN_PROSE, (True,))):
@@ -330,9 +342,12 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
                 per_model[level] = {
                     "compile_cold_seconds": round(cold, 3),
                     "compile_cold_seconds_min": round(min(colds), 3),
+                    "compile_cold_cpu_seconds": round(statistics.median(cold_cpu), 3),
                     "compile_warm_redis_seconds": round(warm, 4),
                     "compile_warm_redis_seconds_min": round(min(warms), 4),
+                    "compile_warm_redis_cpu_seconds": round(statistics.median(warm_cpu), 4),
                     "request_terms_ms_median": round(statistics.median(request_ms), 2),
+                    "request_terms_cpu_ms_median": round(statistics.median(request_cpu_ms), 2),
                     "guard_step_us_p50": round(statistics.median(step_us), 2),
                     "guard_step_us_p99": round(sorted(step_us)[int(0.99 * (len(step_us) - 1))], 2),
                     "held_chars_mean": round(sum(held) / len(held), 3),
