@@ -426,7 +426,7 @@ class Artefact:
         shape = (num_streams, len(pending_bytes))
 
         def rows(per_stream: list[list[int]], dtype: type) -> np.ndarray:
-            out = np.zeros(shape, dtype=dtype)  # an obfuscation stream's row stays 0: never exact
+            out: np.ndarray = np.zeros(shape, dtype=dtype)  # an obfuscation stream's row stays 0: never exact
             for s in swept:
                 out[s] = per_stream[s]
             return out
