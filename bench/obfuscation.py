@@ -10,8 +10,9 @@ Prints one JSON object. For each of the 10 settings (the 5 levels of
   texts) that the setting flags;
 - **new false positives** against ``off``, the baseline measured in the same run: a word is a new false
   positive at a setting when the setting flags it and ``off`` does not. Every word is scanned on its own
-  (the text is the word). Corpora: wordfreq's top 50,000 English words and the ``english-words`` package's
-  largest set (``web2`` ∪ ``gcide``, lower-cased: 264,494 entries in english-words 2.0.2) against ``en``;
+  (the text is the word). Corpora: wordfreq's top 50,000 English words and an English dictionary of
+  300,047 words (``dictionary_words``: the ``english-words`` package's largest set with lemminflect's lexicon
+  and inflections) against ``en``;
   the top 5,000 wordfreq English words (alphabetic, two letters or more) that ``off`` does not flag, written
   with single spaces between the letters (``t i t l e``) and with dots (``t.i.t.l.e``), against ``en``; and
   for ru, el, de, es, fr the top 30,000 wordfreq words of the language against its bundled list (``en``
@@ -23,12 +24,14 @@ Prints one JSON object. For each of the 10 settings (the 5 levels of
 One ``TextMatcher`` is built per (list, setting) and reused; its build time is reported.
 
 - **costs** of the default setting against ``off``, both bundled tokenizers: compile of ``en`` cold and warm
-  from Redis (a fresh cache, no automaton in memory), 10 fresh request terms (compile + combine + first
+  from Redis (a fresh cache, no automaton in memory; the median and the minimum of ``--cold-reps`` and
+  ``--warm-reps`` runs: on a shared machine one run is noise), 10 fresh request terms (compile + combine + first
   transition, median), the guard per token (``TokenMatcher.push`` + ``releasable``, memo warm, p50/p99 µs)
   and the characters held back per position on plain prose and on chat prose (acronyms, a spelled-out
   list, markup).
 
 Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup] [--costs-only]
+       [--cold-reps 3] [--warm-reps 7]
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import english_words  # noqa: E402
+import lemminflect  # noqa: E402
 import wordfreq  # noqa: E402
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation  # noqa: E402
@@ -167,12 +171,27 @@ def bench_corpus(matchers: Matchers, settings: list[str], list_name: str, words:
     return out
 
 
+def dictionary_words() -> list[str]:
+    """The English dictionary corpus, sorted, lower-cased: ``english-words``' largest set (``web2`` ∪ ``gcide``:
+    264,494 entries in english-words 2.0.2) ∪ lemminflect's lexicon (its lemmas and their inflections) ∪
+    lemminflect's inflections of every ``english-words`` entry: 300,047 entries with lemminflect 0.2.3."""
+    words = {w.strip() for w in english_words.get_english_words_set(["web2", "gcide"], lower=True)}
+    # lemminflect has no public accessor for its lexicon; the version is pinned (constraints.txt).
+    lexicon = lemminflect.Inflections()._getInflDict()
+    for lemma, by_pos in lexicon.items():
+        words.add(lemma.lower())
+        words.update(form.lower() for forms in by_pos.values() for form in forms)
+    for word in list(words):
+        for forms in lemminflect.getAllInflections(word).values():
+            words.update(form.lower() for form in forms)
+    return sorted(w for w in words if w)
+
+
 def corpora(quick: bool, matchers: Matchers) -> list[tuple[str, str, list[str], str | None]]:
     """(name, list, words, note) for every false-positive corpus."""
     q = 1 if quick else 0
     en_top = wordfreq.top_n_list("en", EN_TOP[q])
-    en_words = sorted(w.strip() for w in english_words.get_english_words_set(["web2", "gcide"], lower=True))
-    en_words = [w for w in dict.fromkeys(en_words) if w]
+    en_words = dictionary_words()
     if EN_WORDS_SAMPLE[q] is not None:
         step = max(1, len(en_words) // EN_WORDS_SAMPLE[q])
         en_words = en_words[::step][:EN_WORDS_SAMPLE[q]]
@@ -181,8 +200,9 @@ def corpora(quick: bool, matchers: Matchers) -> list[tuple[str, str, list[str], 
     clean = clean[:SPACED_WORDS[q]]
     out = [
         ("wordfreq_en", "en", en_top, f"wordfreq.top_n_list('en', {EN_TOP[q]})"),
-        ("english_words", "en", en_words,
-         "english_words.get_english_words_set(['web2', 'gcide'], lower=True): the package's largest set"
+        ("dictionary_en", "en", en_words,
+         "english_words.get_english_words_set(['web2', 'gcide'], lower=True) (the package's largest set) with "
+         "lemminflect's lexicon and the inflections of every word (dictionary_words())"
          + (f", every {step}th word (sorted)" if EN_WORDS_SAMPLE[q] is not None else "")),
         ("spaced_en", "en", [" ".join(w) for w in clean],
          f"the top {len(clean)} wordfreq en words (alphabetic, 2+ letters) not flagged at off, letters spaced"),
@@ -198,7 +218,7 @@ def corpora(quick: bool, matchers: Matchers) -> list[tuple[str, str, list[str], 
 
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for package in ("wordfreq", "english-words", "confusable-homoglyphs", "regex", "pyahocorasick"):
+    for package in ("wordfreq", "english-words", "lemminflect", "confusable-homoglyphs", "regex", "pyahocorasick"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -234,9 +254,18 @@ def timed(fn):
     return result, time.perf_counter() - started
 
 
-def bench_costs(setting: str, reps: int) -> dict:
+def timed_cpu(fn):
+    """``(result, wall seconds, CPU seconds of this process)``: on a shared machine the CPU time does not
+    count the time spent waiting for a core (it does not count Redis's own work either)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.perf_counter() - started, time.process_time() - cpu
+
+
+def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7) -> dict:
     """Compile (cold, and warm from Redis in a fresh cache), a request's terms, the guard per token and the
-    hold-back, at ``setting`` against ``off`` measured in the same run (en, both bundled tokenizers)."""
+    hold-back, at ``setting`` against ``off`` measured in the same run (en, both bundled tokenizers).
+    Compiles: the median (and the minimum) of ``cold_reps`` cold and ``warm_reps`` warm ones."""
     import gc
     import statistics
     import uuid
@@ -264,21 +293,31 @@ def bench_costs(setting: str, reps: int) -> dict:
             per_model: dict = {}
             for level in ("off", setting):
                 lists = with_obfuscation([bundled_wordlist("en")], level)
-                obfuscation_automaton.compile_obfuscation_stream.cache_clear()
-                (artefact, layer), cold = timed(lambda lists=lists, vocab=vocab: ArtefactCache(
-                    redis_url, None, key_prefix=prefix).get(vocab, lists))
-                assert layer == "compile", layer
-                obfuscation_automaton.compile_obfuscation_stream.cache_clear()  # a fresh process has none
-                (_, layer), warm = timed(lambda lists=lists, vocab=vocab: ArtefactCache(
-                    redis_url, None, key_prefix=prefix).get(vocab, lists))
-                assert layer == "redis", layer
+                colds, warms, cold_cpu, warm_cpu = [], [], [], []
+                for rep in range(cold_reps):  # each under its own key: a miss in Redis, compiled and stored
+                    obfuscation_automaton.compile_obfuscation_stream.cache_clear()
+                    (artefact, layer), seconds, cpu = timed_cpu(lambda lists=lists, vocab=vocab, rep=rep: ArtefactCache(
+                        redis_url, None, key_prefix=f"{prefix}{rep}:").get(vocab, lists))
+                    assert layer == "compile", layer
+                    colds.append(seconds)
+                    cold_cpu.append(cpu)
+                for _ in range(warm_reps):
+                    obfuscation_automaton.compile_obfuscation_stream.cache_clear()  # a fresh process has none
+                    (_, layer), seconds, cpu = timed_cpu(lambda lists=lists, vocab=vocab: ArtefactCache(
+                        redis_url, None, key_prefix=f"{prefix}0:").get(vocab, lists))
+                    assert layer == "redis", layer
+                    warms.append(seconds)
+                    warm_cpu.append(cpu)
+                cold, warm = statistics.median(colds), statistics.median(warms)
                 # A request's 10 own terms, compiled apart and combined (a new set each time: no LRU hit).
-                request_ms = []
+                request_ms, request_cpu_ms = [], []
                 for rep in range(reps):
                     own = with_obfuscation([wordlist_from_terms([f"zorblat{rep}x{k}" for k in range(10)])], level)
-                    _, seconds = timed(lambda own=own, vocab=vocab, artefact=artefact, lists=lists: CombinedArtefact(
-                        artefact, compile_request_artefact(vocab, own, alongside=lists)).transition(0, 0))
+                    _, seconds, cpu = timed_cpu(lambda own=own, vocab=vocab, artefact=artefact, lists=lists:
+                                                CombinedArtefact(artefact, compile_request_artefact(
+                                                    vocab, own, alongside=lists)).transition(0, 0))
                     request_ms.append(seconds * 1000)
+                    request_cpu_ms.append(cpu * 1000)
                 # Guard per token: push + releasable over the prose, memo warm (second pass), and hold-back.
                 step_us, held, held_plain = [], [], []
                 for text, warm_passes in ((PROSE * 2, (False, True)), (PLAIN_PROSE, (True,))):
@@ -301,8 +340,13 @@ def bench_costs(setting: str, reps: int) -> dict:
                                     held.append(chars)
                 per_model[level] = {
                     "compile_cold_seconds": round(cold, 3),
+                    "compile_cold_seconds_min": round(min(colds), 3),
+                    "compile_cold_cpu_seconds": round(statistics.median(cold_cpu), 3),
                     "compile_warm_redis_seconds": round(warm, 4),
+                    "compile_warm_redis_seconds_min": round(min(warms), 4),
+                    "compile_warm_redis_cpu_seconds": round(statistics.median(warm_cpu), 4),
                     "request_terms_ms_median": round(statistics.median(request_ms), 2),
+                    "request_terms_cpu_ms_median": round(statistics.median(request_cpu_ms), 2),
                     "guard_step_us_p50": round(statistics.median(step_us), 2),
                     "guard_step_us_p99": round(sorted(step_us)[int(0.99 * (len(step_us) - 1))], 2),
                     "held_chars_mean": round(sum(held) / len(held), 3),
@@ -330,9 +374,12 @@ def main() -> None:
     parser.add_argument("--costs-only", action="store_true", help="only the compile, request-term, guard-step "
                         "and hold-back costs of the default setting against off")
     parser.add_argument("--reps", type=int, default=15, help="request-term compiles per setting (median)")
+    parser.add_argument("--cold-reps", type=int, default=3, help="cold compiles per setting (median)")
+    parser.add_argument("--warm-reps", type=int, default=7, help="warm loads from Redis per setting (median)")
     args = parser.parse_args()
     if args.costs_only:
-        print(json.dumps({"benchmark": "obfuscation", "costs": bench_costs(str(DEFAULT_OBFUSCATION), args.reps)},
+        print(json.dumps({"benchmark": "obfuscation", "costs": bench_costs(
+            str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps, args.warm_reps)},
                          indent=2))
         return
     settings = [str(Obfuscation.parse(s)) for s in args.settings.split(",") if s.strip()]
@@ -349,7 +396,7 @@ def main() -> None:
                                    for name, corpus in out["false_positives"].items()}
                          for setting in settings}
     out["matcher_build_seconds"] = matchers.build_seconds
-    out["costs"] = bench_costs(str(DEFAULT_OBFUSCATION), args.reps)
+    out["costs"] = bench_costs(str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps, args.warm_reps)
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2, ensure_ascii=False))
 

@@ -401,8 +401,6 @@ class Artefact:
         # Obfuscation streams are not swept: their view's state depends on what came before, so their root
         # transitions are never exact (computed on first use) and no token is always banned by them.
         swept = [s for s in range(num_streams) if s not in self._viewed]
-        for s in self._viewed:
-            node[s] = symbols[s] = flags[s] = [0] * len(self.vocab.token_bytes)
         feeds = [self.automata[s].feed for s in swept]
         starts = [self.automata[s].fresh(False) for s in swept]
         local: list[tuple[int, int]] = []
@@ -426,9 +424,14 @@ class Artefact:
                 hitting.append(token_id)
         always = [t for t in hitting if self._hits_from_any_state(t)]
         shape = (num_streams, len(pending_bytes))
-        return RootSweep(np.asarray(node, dtype=np.int32).reshape(shape),
-                         np.asarray(symbols, dtype=np.int32).reshape(shape),
-                         np.asarray(flags, dtype=np.uint8).reshape(shape),
+
+        def rows(per_stream: list[list[int]], dtype: type) -> np.ndarray:
+            out: np.ndarray = np.zeros(shape, dtype=dtype)  # an obfuscation stream's row stays 0: never exact
+            for s in swept:
+                out[s] = per_stream[s]
+            return out
+
+        return RootSweep(rows(node, np.int32), rows(symbols, np.int32), rows(flags, np.uint8),
                          np.asarray(pending_bytes, dtype=np.uint8), np.asarray(always, dtype=np.int64))
 
     def _hits_from_any_state(self, token_id: int) -> bool:

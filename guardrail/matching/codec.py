@@ -29,9 +29,14 @@ MAGIC = b"GUARDRAIL-ARTEFACT\n"
 #: 2: terms carry a regex flag; ``regex_nodes`` lists the node count of each regex stream.
 #: 3: terms carry their effective obfuscation level; each obfuscation stream's NFA is stored as arrays
 #: ``obfuscation<i>.<part>`` (its DFA builds lazily from it, so no node count is recorded for it).
-FORMAT_VERSION = 3
+#: 4: the sweep's per-stream arrays hold the swept streams only: an obfuscation stream's rows are all zero
+#: (never swept: ``Artefact.sweep_root``) and are rebuilt on decoding (with two obfuscation streams over a
+#: 262k vocab they were 4.7 MB of zeros to send, hash and copy on every warm load).
+FORMAT_VERSION = 4
 _DTYPES = {"int32", "int64", "uint8"}
 _ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
+#: The sweep's arrays with one row per stream (``RootSweep``).
+_PER_STREAM = ("node", "symbols", "flags")
 
 
 class ArtefactFormatError(ValueError):
@@ -41,8 +46,11 @@ class ArtefactFormatError(ValueError):
 def encode_artefact(artefact: Artefact, key: str, compiler_version: int) -> bytes:
     """Serialise ``artefact`` under its content ``key``; returns the blob (bytes)."""
     arrays, payload, offset = {}, [], 0
-    named = [(name, getattr(artefact.sweep, name)) for name in _ARRAYS]
-    for index, automaton in enumerate(a for a in artefact.automata if isinstance(a, ObfuscationAutomaton)):
+    viewed = [a for a in artefact.automata if isinstance(a, ObfuscationAutomaton)]
+    swept = len(artefact.automata) - len(viewed)  # the obfuscation streams come last
+    named = [(name, getattr(artefact.sweep, name)[:swept] if name in _PER_STREAM else getattr(artefact.sweep, name))
+             for name in _ARRAYS]
+    for index, automaton in enumerate(viewed):
         named += [(f"obfuscation{index}.{part}", array) for part, array in automaton.nfa.to_arrays().items()]
     for name, array in named:
         array = np.ascontiguousarray(array)
@@ -100,7 +108,7 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
             if spec["dtype"] not in _DTYPES:
                 raise ArtefactFormatError(f"array {name} has dtype {spec['dtype']!r}")
             chunk = body[spec["offset"]:spec["offset"] + spec["nbytes"]]
-            array = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"]).copy()
+            array = np.frombuffer(chunk, dtype=spec["dtype"]).reshape(spec["shape"])
             if name in _ARRAYS:
                 arrays[name] = array
             else:  # obfuscation<i>.<part>
@@ -108,8 +116,19 @@ def decode_artefact(blob: bytes, vocab: TokenVocab, key: str, compiler_version: 
                 nfa_arrays.setdefault(int(stream.removeprefix("obfuscation")), {})[part] = array
         if set(arrays) != set(_ARRAYS):
             raise ArtefactFormatError(f"arrays {sorted(set(_ARRAYS) - set(arrays))} missing")
+        for name in _PER_STREAM:  # the obfuscation streams' zero rows after the swept ones
+            stored = arrays[name]
+            if stored.ndim != 2:
+                raise ArtefactFormatError(f"array {name} has shape {stored.shape}")
+            full = np.zeros((len(stored) + len(nfa_arrays), stored.shape[1]), dtype=stored.dtype)
+            full[:len(stored)] = stored
+            arrays[name] = full
+        for name in ("pending_bytes", "always_banned"):
+            arrays[name] = arrays[name].copy()  # writable, apart from the blob
         nfas = [ObfuscationNfa.from_arrays(nfa_arrays[i]) for i in range(len(nfa_arrays))]
-        terms = [TermSpec(i, lst, text, norm, MatchMode(match), bool(cs), bool(regex), Obfuscation.parse(obf))
+        levels = {obf: Obfuscation.parse(obf) for obf in {t[6] for t in header["terms"]}}  # a few settings
+        modes = {match: MatchMode(match) for match in {t[3] for t in header["terms"]}}
+        terms = [TermSpec(i, lst, text, norm, modes[match], bool(cs), bool(regex), levels[obf])
                  for i, (lst, text, norm, match, cs, regex, obf) in enumerate(header["terms"])]
         allows = [AllowSpec(text, norm, bool(cs)) for text, norm, cs in header["allows"]]
         sweep = RootSweep(**arrays)

@@ -25,6 +25,7 @@ used), so a term of ``n`` characters unrolls to at most ``6 n`` nodes plus one r
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import gc
@@ -85,7 +86,7 @@ class _StoredMoves(Sequence[list[tuple[int, int]]]):
     """``Nfa.moves`` of a stored NFA, read per state on demand (a loaded automaton visits few of its ~40k
     states; building every state's list would be most of a warm load)."""
 
-    def __init__(self, offsets: list[int], conditions: list[int], targets: list[int]):
+    def __init__(self, offsets: array.array, conditions: array.array, targets: array.array):
         self._offsets, self._conditions, self._targets = offsets, conditions, targets
 
     def __len__(self) -> int:
@@ -115,6 +116,13 @@ def gc_paused() -> Iterator[None]:
 def _within(values: np.ndarray, low: int, high: int) -> bool:
     """Every value in ``[low, high)`` (an empty array is)."""
     return not len(values) or (int(values.min()) >= low and int(values.max()) < high)
+
+
+def _ints(values: np.ndarray) -> array.array:
+    """``values`` as an ``array('i')``: one copy of the bytes, and indexing returns Python ints (a
+    ``tolist()`` of a stored NFA's ~40k states builds ~250k objects: most of a warm load's NFA cost, for
+    states the automaton mostly never visits)."""
+    return array.array("i", np.ascontiguousarray(values, dtype=np.int32).tobytes())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -170,13 +178,12 @@ class ObfuscationNfa(Nfa):
                 and _within(arrays["move_offsets"], 0, len(moves) + 1)):
             raise ValueError("obfuscation NFA arrays out of range")
         nfa = cls.__new__(cls)
-        with gc_paused():
-            nfa.consumes = arrays["consumes"].tolist()
-            nfa.target = arrays["target"].tolist()
-            nfa.accepts = arrays["accepts"].tolist()
-            nfa.starts = arrays["starts"].tolist()
-            nfa.moves = _StoredMoves(  # type: ignore[assignment]  # read-only: closure() only reads it
-                arrays["move_offsets"].tolist(), moves[:, 0].tolist(), moves[:, 1].tolist())
+        nfa.consumes = _ints(arrays["consumes"])
+        nfa.target = _ints(arrays["target"])
+        nfa.accepts = _ints(arrays["accepts"])
+        nfa.starts = _ints(arrays["starts"])
+        nfa.moves = _StoredMoves(  # type: ignore[assignment]  # read-only: closure() only reads it
+            _ints(arrays["move_offsets"]), _ints(moves[:, 0]), _ints(moves[:, 1]))
         bounds = arrays["charset_offsets"].tolist()
         ranges = [tuple(r) for r in arrays["ranges"].tolist()]
         nfa.charsets = [CharSet(tuple(ranges[bounds[i]:bounds[i + 1]])) for i in range(sets)]

@@ -16,7 +16,7 @@ the Wild", 2010).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from re import _constants as sre  # type: ignore[attr-defined]
 
 from guardrail.matching.charset import CharSet, digit_chars, space_chars, word_chars
@@ -140,11 +140,11 @@ class Nfa:
         """No state yet (what a builder of another NFA calls first: ``ObfuscationNfa``)."""
         self.charsets: list[CharSet] = []
         self._charset_ids: dict[CharSet, int] = {}
-        self.consumes: list[int] = []
-        self.target: list[int] = []
+        self.consumes: MutableSequence[int] = []
+        self.target: MutableSequence[int] = []
         self.moves: list[list[tuple[int, int]]] = []
-        self.accepts: list[int] = []
-        self.starts: list[int] = []
+        self.accepts: MutableSequence[int] = []
+        self.starts: MutableSequence[int] = []
         self._closures: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     @property
