@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
-from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
+from guardrail.guard.session import GuardSession
+from guardrail.guard.verdict import KEEP, judge, judge_end
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -91,6 +92,31 @@ class _Job:
         self.steps = 0
         self.done = False
         self.started = time.perf_counter()
+
+
+class _JobVerdicts:
+    """The driver's :class:`~guardrail.guard.verdict.VerdictHandler` for one job: a rollback resubmits
+    ``prompt + kept tokens`` with the bans of the target position, a finish ends the job; a keep needs
+    nothing (vLLM decodes on)."""
+
+    __slots__ = ("driver", "job")
+
+    def __init__(self, driver: VLLMDriver, job: _Job):
+        self.driver = driver
+        self.job = job
+
+    def emit(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self.job.events.put(event)
+
+    def on_keep(self, token_id: int, position: int) -> None:
+        pass
+
+    def on_rollback(self, position: int) -> None:
+        self.driver._resubmit(self.job)
+
+    def on_finish(self, reason: FinishReason) -> None:
+        self.driver._finish(self.job, reason)
 
 
 class VLLMDriver:
@@ -349,28 +375,14 @@ class VLLMDriver:
             job.cached_for = output.request_id
             job.cached_tokens += output.num_cached_tokens or 0
         job.steps += 1
-        completion = output.outputs[0]
-        session = job.session
-        for token in completion.token_ids:
-            step = session.accept(int(token))
-            self._put(job, step.events)
-            if step.kind == ROLLBACK:
-                self._resubmit(job)
-                return
-            if step.kind == FINISH:
-                assert step.finish_reason is not None, "a finish step carries its reason"
-                self._finish(job, step.finish_reason)
+        verdicts = _JobVerdicts(self, job)
+        for token in output.outputs[0].token_ids:
+            if judge(job.session, int(token), verdicts) != KEEP:  # resubmitted or finished
                 return
         if output.finished:
             # vLLM ended the text where the session did not (its max_model_len): the end-of-text rule applies.
             self._retire(job)
-            step = session.end_of_text("length")
-            self._put(job, step.events)
-            if step.kind == ROLLBACK:
-                self._resubmit(job)
-            else:
-                assert step.finish_reason is not None, "end_of_text rolls back or finishes with a reason"
-                self._finish(job, step.finish_reason)
+            judge_end(job.session, verdicts, "length")
 
     def _put(self, job: _Job, events: Sequence[Event]) -> None:
         for event in events:
