@@ -125,11 +125,18 @@ class Prepared:
     include_usage: bool
 
 
-def _reject_unsupported(body: GenerationFields) -> None:
+def reject_unsupported(body: GenerationFields) -> None:
+    """Refuse a request that sets a field this server does not implement (``body.unsupported_field()``).
+
+    Raises:
+        ApiError: 400 ``unsupported_parameter`` naming the field.
+    """
     name = body.unsupported_field()
-    if name is not None:
-        raise ApiError(400, f"{name} is not supported yet by this server; remove it from the request",
-                       param=name, code="unsupported_parameter")
+    if name is None:
+        return
+    hint = ' (only {"type": "text"})' if name == "response_format" else ""
+    raise ApiError(400, f"{name}{hint} is not supported by this server; remove it from the request",
+                   param=name, code="unsupported_parameter")
 
 
 def _named_field(message: str) -> str | None:
@@ -197,7 +204,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     if body.model != runtime.model_id:
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found", type_="invalid_request_error")
-    _reject_unsupported(body)
+    reject_unsupported(body)
     if body.n > settings.max_n:
         raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
                        code="invalid_value")
@@ -212,10 +219,10 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
                        f"model's context of {runtime.context_length} tokens", param=prompt_param,
                        code="context_length_exceeded")
     stored = stored_lists(runtime, body.wordlists)
-    own = request_list(runtime, body.request_terms())
+    requested = request_list(runtime, body.request_terms())
     # Lists and terms without their own obfuscation level take the request's, else the server's.
     obfuscation = body.obfuscation or settings.obfuscation
-    wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([own] if own is not None else []),
+    wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([requested] if requested is not None else []),
                                        obfuscation))
     options: dict[str, Any] = {
         "max_tokens": max_tokens,

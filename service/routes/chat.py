@@ -10,8 +10,14 @@ from fastapi.responses import StreamingResponse
 from guardrail.guard.events import Finish
 from service.auth import require_client
 from service.deps import RuntimeDep
-from service.errors import ApiError
-from service.generation import GENERATION_ERRORS, ResponseIdentity, prepare, prompt_token_ids, respond
+from service.generation import (
+    GENERATION_ERRORS,
+    ResponseIdentity,
+    prepare,
+    prompt_token_ids,
+    reject_unsupported,
+    respond,
+)
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -51,14 +57,6 @@ class ChatShape:
         }
 
 
-def _reject_unsupported(body: ChatCompletionRequest) -> None:
-    if body.tools:
-        raise ApiError(400, "tools are not supported", param="tools", code="unsupported_parameter")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", param="response_format",
-                       code="unsupported_parameter")
-
-
 @router.post(
     "/chat/completions",
     response_model=ChatCompletion,
@@ -68,7 +66,7 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
 )
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
-    _reject_unsupported(body)
+    reject_unsupported(body)  # before the prompt is tokenized
     # "developer" is OpenAI's newer name for the system role.
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
     prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages)
