@@ -152,8 +152,8 @@ class Runtime:
         and combined with the stored lists' cached artefact (docs/matching.md).
         """
         stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
-        own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
-        artefact = self.artefacts.get_with_request(self.vocab, stored, own)
+        request_lists = [wl for wl in wordlists if wl.name == REQUEST_LIST]
+        artefact = self.artefacts.get_with_request(self.vocab, stored, request_lists)
         if self.driver is not None:
             return self.driver.stream(prompt_ids, artefact=artefact, params=params, cancel=cancel)
         assert self.batched is not None  # built whenever there is no vLLM driver

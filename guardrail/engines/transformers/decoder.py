@@ -109,11 +109,9 @@ class StreamingDecoder:
         Raises:
             ValueError: an artefact compiled for another vocab.
         """
-        return GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
-                            max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
-                            max_rollbacks_per_position=params.max_rollbacks_per_position,
-                            retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens,
-                            evasion_guard=params.evasion_guard)
+        return GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
+                                        num_logits=self.vocab_size, prompt_tokens=prompt_tokens,
+                                        retry_bans=self.retry_bans)
 
     def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -292,7 +290,8 @@ class Generation(VerdictHandler):
                 yield from self._finished("content_filter")
                 return
             kind = judge(session, token, self)
-            yield from self._drain()
+            if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
+                yield from self._drain()
             if kind == FINISH:
                 return
             if kind == KEEP and self._feed is not None:
