@@ -76,7 +76,8 @@ def test_cli_rejects_a_malformed_logit_bias(capsys):
 
 def test_from_model_runs_the_rollback_decoder_on_an_already_loaded_model(smollm2_model, smollm2_tokenizer,
                                                                          tmp_path):
-    guard = Guard.from_model(smollm2_model, smollm2_tokenizer, wordlists=(), banned_terms=("sorry",), cache_dir=tmp_path)
+    guard = Guard.from_model(smollm2_model, smollm2_tokenizer, wordlists=(), banned_terms=("sorry",),
+                             cache_dir=tmp_path)
     assert guard.model is smollm2_model and guard.artefact is not None
     done = guard.generate(messages=SORRY, temperature=0, max_tokens=12)
     assert guard.check(done.text) == []
