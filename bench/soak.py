@@ -225,12 +225,13 @@ def main() -> None:
     parser.add_argument("--url", help="a running service (default: start one; RSS is then not sampled)")
     parser.add_argument("--api-key", help="a tenant key; adds 'tenant' requests to the mix")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--server-log", help="append the started service's stdout and stderr (JSON lines) here")
     args = parser.parse_args()
     if args.url:
         print(json.dumps(asyncio.run(soak(args.url.rstrip("/"), None, args)), indent=1))
         return
     with tempfile.TemporaryDirectory() as data_dir:
-        process, base = start_service(data_dir, {"GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN})
+        process, base = start_service(data_dir, {"GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN}, log_path=args.server_log)
         try:
             args.api_key = args.api_key or create_tenant(base)
             result = asyncio.run(soak(base, process.pid, args))

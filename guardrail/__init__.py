@@ -37,9 +37,9 @@ _EXPORTS = {
     "TokenMatcher": "guardrail.matching.token_matcher",
     "TokenVocab": "guardrail.matching.vocab",
     "compile_artefact": "guardrail.matching.compiler",
-    "SamplingParams": "guardrail.engines.transformers.sampling",
+    "SamplingParams": "guardrail.params",
     "StreamingDecoder": "guardrail.engines.transformers.decoder",
-    "GuardLogitsProcessor": "guardrail.engines.transformers.logits_processor",
+    "MaskOnlyLogitsProcessor": "guardrail.engines.transformers.logits_processor",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -2,7 +2,7 @@
 
 Example:
     >>> from guardrail.api import Guard
-    >>> guard = Guard.load(model="smollm2", wordlists=("en",), banned=("sorry",))
+    >>> guard = Guard.load(model="smollm2", wordlists=("en",), banned_terms=("sorry",))
     >>> done = guard.generate(messages=[{"role": "user", "content": "Apologise."}], temperature=0, max_tokens=40)
     >>> done.text, done.finish_reason, done.usage.rollbacks
     >>> for event in guard.stream(prompt="Once upon a time", max_tokens=40):
@@ -66,7 +66,7 @@ class Guard:
         self._text_matcher = TextMatcher(self.wordlists)
 
     @classmethod
-    def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
+    def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned_terms: Sequence[str] = (),
              redis_url: str | None = None, cache_dir: str | Path | None = None,
              obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
         """Load a model and compile (or fetch) its artefact.
@@ -74,7 +74,7 @@ class Guard:
         Args:
             model: ``smollm2``, ``gemma3``, a Hugging Face model directory or a ``.gguf`` file.
             wordlists: bundled list names (``"en"``, ``"de"``…) or ``.txt`` word-list files.
-            banned: extra terms (a list named ``request``).
+            banned_terms: extra terms (the request list, named ``request``).
             redis_url: share compiled artefacts through Redis.
             cache_dir: directory for compiled artefacts on disk (default: guardrail's cache directory).
             obfuscation: which obfuscated forms match too, for lists without their own level (``off``,
@@ -85,7 +85,7 @@ class Guard:
             WordListError: unknown list name, malformed list file, invalid term.
         """
         # before the slow loads: a typo fails fast
-        lists = with_obfuscation(select_wordlists(wordlists, banned), obfuscation)
+        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), obfuscation)
         return cls.load_lists(model, lists, redis_url=redis_url, cache_dir=cache_dir)
 
     @classmethod
@@ -98,19 +98,19 @@ class Guard:
         return cls._build(load_model(model), tokenizer, list(wordlists), redis_url, cache_dir)
 
     @classmethod
-    def from_model(cls, model, tokenizer, wordlists: Sequence[str] = ("en",), banned: Sequence[str] = (),
+    def from_model(cls, model, tokenizer, wordlists: Sequence[str] = ("en",), banned_terms: Sequence[str] = (),
                    redis_url: str | None = None, cache_dir: str | Path | None = None,
                    obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
         """The full rollback decoder on a model you already loaded (``AutoModelForCausalLM.from_pretrained``).
 
         Same guarantee as :meth:`load` (unlike the mask-only
-        :class:`~guardrail.engines.transformers.logits_processor.GuardLogitsProcessor`): the decoder keeps its
+        :class:`~guardrail.engines.transformers.logits_processor.MaskOnlyLogitsProcessor`): the decoder keeps its
         own KV cache per request and rolls back; the model is only read.
 
         Args:
             model: a transformers ``PreTrainedModel`` causal LM, in eval mode, on the CPU.
             tokenizer: its tokenizer (a transformers fast tokenizer; the token bytes are read from it).
-            wordlists, banned, redis_url, cache_dir, obfuscation: as for :meth:`load`.
+            wordlists, banned_terms, redis_url, cache_dir, obfuscation: as for :meth:`load`.
 
         Raises:
             ValueError: ``model`` is not a causal LM with a config, is in training mode or not on the CPU.
@@ -118,7 +118,7 @@ class Guard:
 
         Example:
             >>> model = AutoModelForCausalLM.from_pretrained(path).eval()
-            >>> guard = Guard.from_model(model, AutoTokenizer.from_pretrained(path), banned=("sorry",))
+            >>> guard = Guard.from_model(model, AutoTokenizer.from_pretrained(path), banned_terms=("sorry",))
             >>> guard.generate(prompt="I am", max_tokens=20).text
         """
         if not callable(model) or not hasattr(getattr(model, "config", None), "get_text_config"):
@@ -128,7 +128,7 @@ class Guard:
         device = getattr(model, "device", None)
         if device is not None and getattr(device, "type", "cpu") != "cpu":
             raise ValueError(f"model: the transformers engine decodes on the CPU, the model is on {device}")
-        lists = with_obfuscation(select_wordlists(wordlists, banned), obfuscation)
+        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), obfuscation)
         return cls._build(model, tokenizer, lists, redis_url, cache_dir)
 
     @classmethod

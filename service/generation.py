@@ -203,11 +203,18 @@ class Prepared:
     keepalive_s: float = 0.0
 
 
-def _reject_unsupported(body: GenerationFields) -> None:
+def reject_unsupported(body: GenerationFields) -> None:
+    """Refuse a request that sets a field this server does not implement (``body.unsupported_field()``).
+
+    Raises:
+        ApiError: 400 ``unsupported_parameter`` naming the field.
+    """
     name = body.unsupported_field()
-    if name is not None:
-        raise ApiError(400, f"{name} is not supported yet by this server; remove it from the request",
-                       param=name, code="unsupported_parameter")
+    if name is None:
+        return
+    hint = ' (only {"type": "text"})' if name == "response_format" else ""
+    raise ApiError(400, f"{name}{hint} is not supported by this server; remove it from the request",
+                   param=name, code="unsupported_parameter")
 
 
 def _named_field(message: str) -> str | None:
@@ -287,7 +294,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     if body.model != runtime.model_id:
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found", type_="invalid_request_error")
-    _reject_unsupported(body)
+    reject_unsupported(body)
     ignored = body.ignored_fields()
     if ignored:
         log.info("ignored request fields", extra={**log_fields, "ignored_fields": ignored})
@@ -315,8 +322,8 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     except PolicyViolation as exc:
         raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
     stored = stored_lists(runtime, names)
-    own = request_list(runtime, body.request_terms())
-    wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([own] if own is not None else []),
+    requested = request_list(runtime, body.request_terms())
+    wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([requested] if requested is not None else []),
                                        obfuscation))
     options: dict[str, Any] = {
         "max_tokens": max_tokens,

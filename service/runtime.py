@@ -159,8 +159,8 @@ class Runtime:
         and combined with the stored lists' cached artefact (docs/matching.md).
         """
         stored = [wl for wl in wordlists if wl.name != REQUEST_LIST]
-        own = [wl for wl in wordlists if wl.name == REQUEST_LIST]
-        artefact = self.artefacts.get_with_request(self.vocab, stored, own)
+        request_lists = [wl for wl in wordlists if wl.name == REQUEST_LIST]
+        artefact = self.artefacts.get_with_request(self.vocab, stored, request_lists)
         return self.engine.stream(prompt_ids, artefact, params, cancel)
 
     @property

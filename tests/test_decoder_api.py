@@ -76,7 +76,8 @@ def test_cli_rejects_a_malformed_logit_bias(capsys):
 
 def test_from_model_runs_the_rollback_decoder_on_an_already_loaded_model(smollm2_model, smollm2_tokenizer,
                                                                          tmp_path):
-    guard = Guard.from_model(smollm2_model, smollm2_tokenizer, wordlists=(), banned=("sorry",), cache_dir=tmp_path)
+    guard = Guard.from_model(smollm2_model, smollm2_tokenizer, wordlists=(), banned_terms=("sorry",),
+                             cache_dir=tmp_path)
     assert guard.model is smollm2_model and guard.artefact is not None
     done = guard.generate(messages=SORRY, temperature=0, max_tokens=12)
     assert guard.check(done.text) == []
@@ -85,10 +86,10 @@ def test_from_model_runs_the_rollback_decoder_on_an_already_loaded_model(smollm2
 
 def test_from_model_rejects_what_is_not_a_model_in_eval_mode(smollm2_model, smollm2_tokenizer):
     with pytest.raises(ValueError, match="model"):
-        Guard.from_model(object(), smollm2_tokenizer, banned=("sorry",))
+        Guard.from_model(object(), smollm2_tokenizer, banned_terms=("sorry",))
     smollm2_model.train()
     try:
         with pytest.raises(ValueError, match="eval"):
-            Guard.from_model(smollm2_model, smollm2_tokenizer, banned=("sorry",))
+            Guard.from_model(smollm2_model, smollm2_tokenizer, banned_terms=("sorry",))
     finally:
         smollm2_model.eval()

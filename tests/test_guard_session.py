@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from guardrail.guard.events import Finish, Rollback, TextDelta
-from guardrail.guard.session import FINISH, KEEP, ROLLBACK, GuardSession
+from guardrail.guard.session import FINISH, KEEP, ROLLBACK, GuardSession, MaskSession
 from guardrail.matching.compiler import compile_artefact
 from guardrail.wordlists.wordlist import MatchMode, Term, wordlist_from_terms
 
@@ -24,6 +24,10 @@ def hello(smollm2_vocab):
 
 def session(artefact, vocab, **kwargs):
     return GuardSession(artefact, vocab, eos_ids=vocab.eos_ids | {2}, **kwargs)
+
+
+def mask_session(artefact, vocab):
+    return MaskSession(artefact, vocab, eos_ids=vocab.eos_ids | {2})
 
 
 def texts(events):
@@ -142,7 +146,7 @@ def test_unguarded_session_releases_every_token_at_once(smollm2_vocab, tok):
 
 
 def test_completing_ids_are_the_tokens_that_would_complete_a_term_from_here(hello, smollm2_vocab, tok):
-    s = session(hello, smollm2_vocab)
+    s = mask_session(hello, smollm2_vocab)
     s.advance(tok(" hello"))
     completing = set(s.completing_ids().tolist())
     assert {tok(" world"), tok("!"), tok(".")} <= completing  # each closes the word "hello"
@@ -152,20 +156,41 @@ def test_completing_ids_are_the_tokens_that_would_complete_a_term_from_here(hell
 
 
 def test_mask_only_records_a_term_completed_after_the_fact(hello, smollm2_vocab, tok):
-    s = session(hello, smollm2_vocab)
+    s = mask_session(hello, smollm2_vocab)
     assert s.advance(tok(" hello")) is None
     hit = s.advance(2)  # the engine ended the text anyway
     assert hit is not None and hit.term == "hello" and s.missed == [hit]
 
 
-def test_rollback_and_mask_only_driving_do_not_mix(hello, smollm2_vocab, tok):
+def test_a_finished_session_refuses_more_tokens(hello, smollm2_vocab, tok):
     s = session(hello, smollm2_vocab)
     s.accept(tok(" hi"))
-    with pytest.raises(RuntimeError, match="do not mix"):
-        s.advance(tok(" hi"))
     s.finish("stop")
+    assert s.finished
     with pytest.raises(RuntimeError, match="already finished"):
         s.accept(tok(" hi"))
+    with pytest.raises(RuntimeError, match="already finished"):
+        s.end_of_text()
+
+
+def test_mask_and_rollback_sessions_share_the_matcher_state_but_not_the_verbs(hello, smollm2_vocab, tok):
+    rollback, mask = session(hello, smollm2_vocab), mask_session(hello, smollm2_vocab)
+    assert rollback.always_banned.tolist() == mask.always_banned.tolist()
+    rollback.accept(tok(" hello"))
+    mask.advance(tok(" hello"))
+    assert rollback.token_ids == mask.token_ids == (tok(" hello"),)
+    assert rollback.completing_ids().tolist() == mask.completing_ids().tolist()
+    assert not hasattr(rollback, "advance") and not hasattr(mask, "accept")
+
+
+def test_from_params_takes_the_requests_stop_strings_budget_and_end_ids(hello, smollm2_vocab, tok):
+    from guardrail.params import SamplingParams
+
+    params = SamplingParams(max_tokens=3, stop=["!"], max_rollbacks=5, stop_token_ids=[7], evasion_guard="off")
+    s = GuardSession.from_params(hello, smollm2_vocab, params, eos_ids={2}, prompt_tokens=4)
+    assert (s.max_tokens, s.max_rollbacks, s.evasion_guard, s.prompt_tokens) == (3, 5, "off", 4)
+    assert s.eos_ids == params.end_ids({2}) and 7 in s.eos_ids
+    assert s.accept(tok("!")).finish_reason == "stop"
 
 
 def test_artefact_for_another_vocab_is_rejected(hello, gemma3_vocab):

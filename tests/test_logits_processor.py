@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from guardrail.engines.transformers.decoder import generation_eos_ids
-from guardrail.engines.transformers.logits_processor import GuardLogitsProcessor
+from guardrail.engines.transformers.logits_processor import MaskOnlyLogitsProcessor
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
@@ -62,7 +62,7 @@ def test_precondition_the_unguarded_model_names_the_animals(unguarded):
 def test_mask_only_single_token_substring_terms_never_appear(smollm2_model, smollm2_tokenizer, vocab, chats,
                                                              unguarded):
     lists = [wordlist_from_terms([Term(a, MatchMode.SUBSTRING) for a in ANIMALS])]
-    processor = GuardLogitsProcessor(compile_artefact(vocab, lists), vocab)
+    processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, lists), vocab)
     texts, missed = generate(smollm2_model, smollm2_tokenizer, vocab, chats, processor)
     matcher = TextMatcher(lists)
     assert [matcher.scan(text) for text in texts] == [[], []], texts
@@ -73,7 +73,7 @@ def test_mask_only_single_token_substring_terms_never_appear(smollm2_model, smol
 def test_mask_only_word_terms_complete_only_after_the_fact_at_the_length_cut(smollm2_model, smollm2_tokenizer,
                                                                               vocab, chats):
     lists = [wordlist_from_terms(ANIMALS)]
-    processor = GuardLogitsProcessor(compile_artefact(vocab, lists), vocab)
+    processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, lists), vocab)
     texts, missed = generate(smollm2_model, smollm2_tokenizer, vocab, chats, processor)
     matcher = TextMatcher(lists)
     for text, row_missed in zip(texts, missed):
@@ -87,7 +87,7 @@ def test_mask_only_word_terms_complete_only_after_the_fact_at_the_length_cut(smo
 def test_mask_only_masks_end_of_text_after_a_pending_word(smollm2_model, smollm2_tokenizer, vocab):
     # A session at " cat" (word pending): ending the text there would complete it, so EOS is masked.
     lists = [wordlist_from_terms(["cat"])]
-    processor = GuardLogitsProcessor(compile_artefact(vocab, lists), vocab)
+    processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, lists), vocab)
     cat = smollm2_tokenizer.encode(" cat", add_special_tokens=False)
     ids = torch.tensor([[1, 2, 3]])
     scores = torch.zeros((1, smollm2_model.config.vocab_size))
@@ -99,6 +99,6 @@ def test_mask_only_masks_end_of_text_after_a_pending_word(smollm2_model, smollm2
 
 
 def test_beam_search_is_refused(smollm2_model, smollm2_tokenizer, vocab, chats):
-    processor = GuardLogitsProcessor(compile_artefact(vocab, [wordlist_from_terms(["cat"])]), vocab)
+    processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, [wordlist_from_terms(["cat"])]), vocab)
     with pytest.raises(ValueError, match="num_beams"):
         generate(smollm2_model, smollm2_tokenizer, vocab, chats[:1], processor, num_beams=3)

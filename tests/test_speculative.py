@@ -31,6 +31,9 @@ TARGETS = [wordlist_from_terms(sorted({case["term"] for case in LEAKS}), name="t
 # Words of the repetitive prompts' texts: the model copies them, the drafter proposes them.
 COPIED = [wordlist_from_terms(["lamp", "sugar", "borrow", "lazy", "budget", "multiply"], name="copied")]
 MARGIN = 6
+#: A generation's wall-clock limit (``timeout_s``, 60 s by default) is not what these tests check: on a loaded
+#: shared machine it would end a row early ("length") and fail a comparison for no reason.
+NO_DEADLINE = 3600.0
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +55,15 @@ def plain(smollm2_model, smollm2_tokenizer, vocab):
 def leak_jobs(smollm2_tokenizer, vocab):
     artefact = compile_artefact(vocab, TARGETS)
     return [(prompt_ids(smollm2_tokenizer, messages=[{"role": "user", "content": case["prompt"]}]), artefact,
-             SamplingParams(temperature=0, max_tokens=case["tokens_to_term"] + MARGIN)) for case in LEAKS]
+             SamplingParams(temperature=0, max_tokens=case["tokens_to_term"] + MARGIN, timeout_s=NO_DEADLINE))
+            for case in LEAKS]
 
 
 @pytest.fixture(scope="module")
 def copy_jobs(smollm2_tokenizer, vocab):
     artefact = compile_artefact(vocab, COPIED)
     return [(prompt_ids(smollm2_tokenizer, messages=[{"role": "user", "content": case["prompt"]}]), artefact,
-             SamplingParams(temperature=0, max_tokens=64)) for case in REPETITIVE]
+             SamplingParams(temperature=0, max_tokens=64, timeout_s=NO_DEADLINE)) for case in REPETITIVE]
 
 
 def test_greedy_output_equals_decoding_without_speculation_on_the_leak_suite(speculative, plain, leak_jobs):
@@ -99,7 +103,8 @@ def test_seeded_sampling_draws_as_without_speculation_and_never_leaks(speculativ
     accepted = 0
     for seed in range(5):
         for ids, artefact, params in jobs:
-            sampled = SamplingParams(temperature=1.0, top_p=0.95, seed=seed, max_tokens=params.max_tokens)
+            sampled = SamplingParams(temperature=1.0, top_p=0.95, seed=seed, max_tokens=params.max_tokens,
+                                     timeout_s=NO_DEADLINE)
             got = list(speculative.stream(ids, artefact, sampled))
             assert contract(got) == contract(list(plain.stream(ids, artefact, sampled)))
             assert_no_leak(got, TARGETS if artefact is leak_jobs[0][1] else COPIED)
@@ -109,7 +114,8 @@ def test_seeded_sampling_draws_as_without_speculation_and_never_leaks(speculativ
 
 def test_stop_strings_and_max_tokens_end_the_text_as_without_speculation(speculative, plain, copy_jobs):
     ids, artefact, _ = copy_jobs[0]
-    for params in (SamplingParams(temperature=0, max_tokens=9), SamplingParams(temperature=0, stop=("every",))):
+    for params in (SamplingParams(temperature=0, max_tokens=9, timeout_s=NO_DEADLINE),
+                   SamplingParams(temperature=0, stop=("every",), timeout_s=NO_DEADLINE)):
         got = list(speculative.stream(ids, artefact, params))
         assert contract(got) == contract(list(plain.stream(ids, artefact, params)))
         assert got[-1].usage.completion_tokens <= params.max_tokens
@@ -117,7 +123,7 @@ def test_stop_strings_and_max_tokens_end_the_text_as_without_speculation(specula
 
 def test_a_request_can_turn_speculation_off(speculative, copy_jobs):
     ids, artefact, params = copy_jobs[0]
-    off = SamplingParams(temperature=0, max_tokens=params.max_tokens, speculative=False)
+    off = SamplingParams(temperature=0, max_tokens=params.max_tokens, speculative=False, timeout_s=NO_DEADLINE)
     usage = list(speculative.stream(ids, artefact, off))[-1].usage
     assert usage.draft_tokens == 0 and usage.accepted_draft_tokens == 0
 
@@ -125,7 +131,8 @@ def test_a_request_can_turn_speculation_off(speculative, copy_jobs):
 def test_in_a_batch_drafting_and_plain_rows_share_steps_and_decode_as_alone(speculative, plain, copy_jobs,
                                                                           leak_jobs):
     jobs = copy_jobs[:4] + leak_jobs[:4]
-    jobs = [(ids, artefact, SamplingParams(temperature=0, max_tokens=params.max_tokens, speculative=i % 2 == 0))
+    jobs = [(ids, artefact, SamplingParams(temperature=0, max_tokens=params.max_tokens, speculative=i % 2 == 0,
+                                           timeout_s=NO_DEADLINE))
             for i, (ids, artefact, params) in enumerate(jobs)]
     batched = BatchedDecoder(speculative, max_batch=8)
     events = batched.generate(jobs)
@@ -141,5 +148,6 @@ def test_sliding_window_models_do_not_speculate(gemma3_model, gemma3_tokenizer):
     decoder = StreamingDecoder(gemma3_model, gemma3_tokenizer, vocab)
     assert decoder.speculative.num_tokens == 0
     ids = gemma3_tokenizer.encode("One, two, three, four, one, two, three, four, one, two,")
-    usage = list(decoder.stream(ids, None, SamplingParams(temperature=0, max_tokens=8)))[-1].usage
+    params = SamplingParams(temperature=0, max_tokens=8, timeout_s=NO_DEADLINE)
+    usage = list(decoder.stream(ids, None, params))[-1].usage
     assert usage.draft_tokens == 0

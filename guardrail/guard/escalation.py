@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Literal, get_args
 
 import numpy as np
+from cachetools import LRUCache
 
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.term_spec import AllowSpec, TermSpec, term_spec
@@ -154,7 +154,7 @@ class EscalationCache:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size!r}")
         self.size = size
-        self._artefacts: OrderedDict[tuple, Artefact] = OrderedDict()
+        self._artefacts: LRUCache[tuple, Artefact] = LRUCache(size)  # guarded by _lock
         self._lock = threading.Lock()
         self.compiles = 0
 
@@ -165,20 +165,17 @@ class EscalationCache:
         """The artefact of ``terms`` (from :func:`escalation_terms`) with ``allows`` for ``vocab``."""
         key = (vocab.fingerprint, terms, allows)
         with self._lock:
-            found = self._artefacts.get(key)
+            found = self._artefacts.get(key)  # a hit becomes the most recently used
             if found is not None:
-                self._artefacts.move_to_end(key)
                 return found
         # Compiled outside the lock (a few ms; the first use in a process also builds the token-text
         # index); two requests racing on one term compile it twice and keep the first.
         built = Artefact(vocab, terms, allows, lazy=True)
         with self._lock:
-            found = self._artefacts.setdefault(key, built)
-            if found is built:
+            found = self._artefacts.get(key)
+            if found is None:
+                found = self._artefacts[key] = built
                 self.compiles += 1
-            self._artefacts.move_to_end(key)
-            while len(self._artefacts) > self.size:
-                self._artefacts.popitem(last=False)
         return found
 
     def clear(self) -> None:

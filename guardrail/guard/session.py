@@ -4,19 +4,20 @@ A :class:`GuardSession` holds everything the guard decides for one request — t
 every kept token, position bans and retry bans, the rollback budget, stop strings, the end-of-text rule,
 hold-back and the release of final text, the events — and nothing of the engine: no tensors, no KV cache,
 no sampling, no callbacks. The engine asks it what to mask, tells it what it picked, and acts on the
-plain :class:`Step` it gets back (docs/design.md, "The decode step")::
+plain :class:`Step` it gets back — through :func:`guardrail.guard.verdict.judge`, the one place that turns
+a step into the engine's keep / rollback / finish (docs/design.md, "The decode step")::
 
-    session = GuardSession(artefact, vocab, eos_ids=eos, stop=params.stop, max_tokens=params.max_tokens)
+    session = GuardSession.from_params(artefact, vocab, params, eos_ids=eos)
     while True:
         scores[:, session.banned_ids()] = -inf      # the same array object until it changes: cache its tensor
         token = pick(scores)                          # from the kept logits of session.position
         if token is None:                             # every candidate banned
-            yield from session.finish("content_filter"); break
-        step = session.accept(token)
-        yield from step.events                        # TextDelta / Rollback, in order
-        if step.kind == KEEP:        logits[step.position] = forward(token); drop kept logits < session.frontier
-        elif step.kind == ROLLBACK:  crop the KV cache to prompt + step.position; drop kept logits > step.position
-        else:                        yield from session.finish(step.finish_reason, ...); break
+            emit(session.finish("content_filter")); break
+        kind = judge(session, token, handler)         # handler.emit(events), then one of:
+        # on_keep(token, position):  logits[position] = forward(token); drop kept logits < session.frontier
+        # on_rollback(position):     crop the KV cache to prompt + position; drop kept logits > position
+        # on_finish(reason):         emit(session.finish(reason, ...counters))
+        if kind == FINISH: break
 
 Evasion guard: a term that caused a rollback is escalated — also matched as a substring from where it began
 to the end of the generation (:mod:`guardrail.guard.escalation`); nothing changes for the engine, which sees
@@ -28,8 +29,9 @@ engine does; vLLM resubmits ``prompt + token_ids`` instead). Text handed out in 
 no later rollback, end of text or stop string can retract it.
 
 Engines that can only mask logits (no rollback: a ``LogitsProcessor`` inside ``model.generate`` or vLLM) use
-:meth:`GuardSession.mask_ids` and :meth:`GuardSession.advance` instead of ``banned_ids``/``accept`` (a
-weaker guarantee: see :mod:`guardrail.engines.transformers.logits_processor`).
+a :class:`MaskSession` instead: :meth:`MaskSession.mask_ids` and :meth:`MaskSession.advance` (a weaker
+guarantee: see :mod:`guardrail.engines.transformers.logits_processor`). Both types share
+:class:`GuardState` (the lists' matcher, the always-banned ids, the completion's tokens and text).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.token_text import token_set
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import SamplingParams
 
 #: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``GuardSession._probe_cut``).
 UNCHECKED_CUT = -1
@@ -110,8 +113,130 @@ def _check_count(name: str, value: object, minimum: int) -> None:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-class GuardSession:
-    """The guard state of one request; an engine drives it token by token.
+class GuardState:
+    """The state both session types share: the lists' matcher after the tokens so far, the always-banned
+    ids, the completion's tokens and text. Built through :class:`GuardSession` (rollback engines) or
+    :class:`MaskSession` (mask-only engines), never alone.
+
+    Args:
+        artefact: the compiled word lists for ``vocab``; ``None`` guards nothing (same bookkeeping, no
+            matcher: the benchmarks' unguarded baseline).
+        vocab: the tokenizer's bytes table.
+        eos_ids: ids that end the text (default ``vocab.eos_ids``); never pushed to the matcher.
+        stop: stop strings (non-empty); the answer ends before the first one, which is never emitted.
+        num_logits: width of the engine's logits rows (``model.config.vocab_size``); ids from
+            ``len(vocab)`` up to it (padded embeddings) carry no text and are always banned.
+
+    Raises:
+        ValueError: the artefact was compiled for another vocab, or ``num_logits`` below 1.
+
+    Attributes:
+        matcher: the lists' :class:`TokenMatcher` (``None`` when unguarded).
+        text: the completion's bytes and release cursor (:class:`TextBuffer`).
+    """
+
+    def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
+                 stop: Sequence[str] = (), num_logits: int | None = None):
+        if artefact is not None and artefact.vocab.fingerprint != vocab.fingerprint:
+            raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
+        if num_logits is not None:
+            _check_count("num_logits", num_logits, 1)
+        self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
+        self.artefact = artefact
+        self.vocab = vocab
+        self.matcher = TokenMatcher(artefact) if artefact is not None else None
+        always = artefact.always_banned if artefact is not None else _NO_IDS
+        if num_logits is not None and num_logits > len(vocab):
+            always = np.concatenate([always, np.arange(len(vocab), num_logits, dtype=np.int64)])
+        self._lists_always_banned = np.array(always, dtype=np.int64)
+        self.text = TextBuffer(vocab.token_bytes, stop)
+        self._tokens: list[int] = []
+        self._finished = False
+
+    @property
+    def position(self) -> int:
+        """Completion tokens kept (the index of the position the engine picks for next)."""
+        return len(self._tokens)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The kept completion token ids (an engine that re-prefills feeds ``prompt + token_ids``)."""
+        return tuple(self._tokens)
+
+    @property
+    def always_banned(self) -> np.ndarray:
+        """Ids masked at every position from the current one on: tokens whose own text completes a term,
+        padded logits (``int64 (k,)``, sorted, not to be modified). :class:`GuardSession` adds the escalated
+        terms' from their escalation position on."""
+        return self._lists_always_banned
+
+    @property
+    def finished(self) -> bool:
+        """Whether the text ended (:meth:`GuardSession.finish`)."""
+        return self._finished
+
+    def completing_ids(self) -> np.ndarray:
+        """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
+        memoised per state by the matcher); empty when unguarded. What a mask-only engine masks."""
+        return _NO_IDS if self.matcher is None else self.matcher.completing_tokens()
+
+
+class MaskSession(GuardState):
+    """The guard state of one request on an engine that can only mask logits, never roll back (a
+    ``LogitsProcessor`` inside ``model.generate`` or vLLM): mask :meth:`mask_ids`, report what was emitted
+    with :meth:`advance`. A weaker guarantee than :class:`GuardSession`'s: see
+    :mod:`guardrail.engines.transformers.logits_processor`.
+
+    Args: as :class:`GuardState` (no stop strings: the engine stops by itself).
+
+    Attributes:
+        missed: hits that completed after the fact (see :meth:`advance`), in order.
+    """
+
+    def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
+                 num_logits: int | None = None):
+        super().__init__(artefact, vocab, eos_ids=eos_ids, num_logits=num_logits)
+        self.missed: list[Hit] = []
+
+    def mask_ids(self) -> np.ndarray:
+        """:attr:`always_banned` ∪ :meth:`completing_ids`, plus the EOS ids when ending the text here would
+        complete a ``word`` term (``int64 (k,)``, sorted, a new array)."""
+        parts = [self.always_banned, self.completing_ids()]
+        if self.matcher is not None and self.matcher.finish() is not None:
+            parts.append(np.fromiter(self.eos_ids, dtype=np.int64, count=len(self.eos_ids)))
+        return np.unique(np.concatenate(parts))
+
+    def advance(self, token_id: int) -> Hit | None:
+        """Record the token the engine emitted, which the session cannot refuse.
+
+        Returns:
+            ``None``, or the :class:`Hit` of a term the token completed *after the fact* (the engine masked
+            :meth:`mask_ids` but could not prevent it: every candidate was masked, or the text ends on a
+            pending word boundary). The hit is appended to :attr:`missed` and matching restarts after the
+            token as at a text start. An EOS id ends the text: its hit is :meth:`end_of_text`'s.
+        """
+        if token_id in self.eos_ids:
+            return self.end_of_text()
+        matcher = self.matcher
+        hit = matcher.push(token_id) if matcher is not None else None
+        if matcher is not None and hit is not None:
+            self.matcher = TokenMatcher(matcher.artefact)
+            self.missed.append(hit)
+        self._tokens.append(token_id)
+        self.text.append(token_id)
+        return hit
+
+    def end_of_text(self) -> Hit | None:
+        """The text ended here (EOS, a length limit): the end-of-text check, a hit recorded in
+        :attr:`missed` (a ``word`` term standing at the very end)."""
+        hit = self.matcher.finish() if self.matcher is not None else None
+        if hit is not None:
+            self.missed.append(hit)
+        return hit
+
+
+class GuardSession(GuardState):
+    """The guard state of one request on a rollback engine, which drives it token by token.
 
     Args:
         artefact: the compiled word lists for ``vocab``; ``None`` guards nothing (same bookkeeping, no
@@ -134,9 +259,10 @@ class GuardSession:
         ValueError: the artefact was compiled for another vocab, or an argument is out of range (named).
 
     Attributes:
-        always_banned: ``int64 (k,)`` ids masked at every position (tokens whose own text completes a term,
-            padded logits); with the escalated terms' added from their escalation position on:
-            :meth:`standing_ids`.
+        always_banned: ``int64 (k,)`` ids masked at every position from the current one on (tokens whose own
+            text completes a term, padded logits, and the escalated terms' from their escalation position
+            on); the same object until an escalation starts or is dropped. What an engine that resubmits
+            after a rollback (vLLM) masks always.
         frontier: no rollback goes before this position: the logits of earlier positions may be dropped.
         rollbacks: rollbacks so far (including same-position re-picks).
         text: the completion's bytes and release cursor (:class:`TextBuffer`).
@@ -146,64 +272,54 @@ class GuardSession:
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
                  prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD):
-        if artefact is not None and artefact.vocab.fingerprint != vocab.fingerprint:
-            raise ValueError("artefact was compiled for another tokenizer (vocab fingerprint differs)")
+        super().__init__(artefact, vocab, eos_ids=eos_ids, stop=stop, num_logits=num_logits)
         if max_tokens is not None:
             _check_count("max_tokens", max_tokens, 1)
         _check_count("max_rollbacks", max_rollbacks, 0)
         _check_count("max_rollbacks_per_position", max_rollbacks_per_position, 0)
         _check_count("prompt_tokens", prompt_tokens, 0)
-        if num_logits is not None:
-            _check_count("num_logits", num_logits, 1)
         self.evasion_guard = check_evasion_guard(evasion_guard)
-        self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
-        self.artefact = artefact
-        self.vocab = vocab
         self.max_tokens = max_tokens
         self.max_rollbacks = max_rollbacks
         self.max_rollbacks_per_position = max_rollbacks_per_position
         self.retry_bans = retry_bans
         self.prompt_tokens = prompt_tokens
-        self.matcher = TokenMatcher(artefact) if artefact is not None else None
-        always = artefact.always_banned if artefact is not None else _NO_IDS
-        if num_logits is not None and num_logits > len(vocab):
-            always = np.concatenate([always, np.arange(len(vocab), num_logits, dtype=np.int64)])
-        self.always_banned = np.array(always, dtype=np.int64)
         self.bans = PositionBans()
-        self.text = TextBuffer(vocab.token_bytes, stop)
         self.frontier = 0
         self.rollbacks = 0
         self.started = time.perf_counter()
-        self._tokens: list[int] = []
         self._rollbacks_at: dict[int, int] = {}
         # _reach[k]: releasable count (matcher and escalations) after the first k completion tokens
         # (see _release_limit).
         self._reach = [0]
         # Escalated terms (evasion guard), by escalation position ascending; none until a hit escalates one.
         self._escalations: list[Escalation] = []
-        self._standing = self.always_banned  # always_banned ∪ the escalations' (same object while none)
+        # The lists' always-banned ids ∪ the escalations' (the same object while there are none).
+        self._always_banned = self._lists_always_banned
         self._union_of: np.ndarray | None = None  # the position-ban array _union was built from
-        self._union_standing = self._standing  # ... and the standing array
+        self._union_always = self._always_banned  # ... and the always-banned array
         self._union = _NO_IDS
         self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
         self._filtered_by: str | None = None  # the list of the term that spent the rollback budget
         self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
-        self._mode: str | None = None  # "rollback" (accept) or "mask" (advance): never both
-        self._finished = False
-        #: Mask-only engines: hits that completed after the fact (see :meth:`advance`).
-        self.missed: list[Hit] = []
+
+    @classmethod
+    def from_params(cls, artefact: ArtefactLike | None, vocab: TokenVocab, params: SamplingParams, *,
+                    eos_ids: Iterable[int], num_logits: int | None = None, prompt_tokens: int = 0,
+                    retry_bans: bool = True) -> GuardSession:
+        """The session of one request with ``params`` (stop strings, ``max_tokens``, rollback budget, evasion
+        guard, ``ignore_eos``/``stop_token_ids`` through :meth:`SamplingParams.end_ids`) on an engine whose
+        model ends the text with ``eos_ids``. Every engine builds its sessions here.
+
+        Raises:
+            ValueError: as the constructor.
+        """
+        return cls(artefact, vocab, eos_ids=params.end_ids(eos_ids), stop=params.stop,
+                   max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
+                   max_rollbacks_per_position=params.max_rollbacks_per_position, retry_bans=retry_bans,
+                   num_logits=num_logits, prompt_tokens=prompt_tokens, evasion_guard=params.evasion_guard)
 
     # -- state ----------------------------------------------------------------------------------------
-    @property
-    def position(self) -> int:
-        """Completion tokens kept (the index of the position the engine picks for next)."""
-        return len(self._tokens)
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        """The kept completion token ids (an engine that re-prefills feeds ``prompt + token_ids``)."""
-        return tuple(self._tokens)
-
     @property
     def held_back(self) -> int:
         """Kept tokens whose text is not released yet (they may still be rolled back)."""
@@ -214,15 +330,10 @@ class GuardSession:
         """The terms the evasion guard escalated so far and still in force (empty until a hit escalates one)."""
         return tuple(self._escalations)
 
-    @property
-    def finished(self) -> bool:
-        """Whether :meth:`finish` was called."""
-        return self._finished
-
     # -- what to mask ---------------------------------------------------------------------------------
     def banned_ids(self) -> np.ndarray:
-        """Token ids to mask at the current position: :meth:`standing_ids` (:attr:`always_banned` and the
-        escalated terms') ∪ the position's bans.
+        """Token ids to mask at the current position: :attr:`always_banned` (the escalated terms' included)
+        ∪ the position's bans.
 
         Returns:
             ``int64 (k,)``, not to be modified. The same array object is returned until the bans in force
@@ -232,30 +343,15 @@ class GuardSession:
         """
         extra = self.bans.at(self.position)
         if extra is None:
-            return self._standing
-        if extra is not self._union_of or self._standing is not self._union_standing:
-            self._union_of, self._union_standing = extra, self._standing
-            self._union = np.union1d(self._standing, extra)
+            return self._always_banned
+        if extra is not self._union_of or self._always_banned is not self._union_always:
+            self._union_of, self._union_always = extra, self._always_banned
+            self._union = np.union1d(self._always_banned, extra)
         return self._union
 
-    def standing_ids(self) -> np.ndarray:
-        """Ids masked at every position from the current one on: :attr:`always_banned` and the escalated
-        terms' always-banned ids (``int64 (k,)``, sorted; the same object until an escalation starts or is
-        dropped). What an engine that resubmits after a rollback (vLLM) passes as the ids to mask always."""
-        return self._standing
-
-    def completing_ids(self) -> np.ndarray:
-        """Token ids that would complete a banned term from the current matcher state (``int64 (k,)``,
-        memoised per state by the matcher); empty when unguarded. What a mask-only engine masks."""
-        return _NO_IDS if self.matcher is None else self.matcher.completing_tokens()
-
-    def mask_ids(self) -> np.ndarray:
-        """For mask-only engines: :attr:`always_banned` ∪ :meth:`completing_ids`, plus the EOS ids when ending
-        the text here would complete a ``word`` term (``int64 (k,)``, sorted, a new array)."""
-        parts = [self.always_banned, self.completing_ids()]
-        if self.matcher is not None and self.matcher.finish() is not None:
-            parts.append(np.fromiter(self.eos_ids, dtype=np.int64, count=len(self.eos_ids)))
-        return np.unique(np.concatenate(parts))
+    @property
+    def always_banned(self) -> np.ndarray:
+        return self._always_banned
 
     # -- rollback engines -------------------------------------------------------------------------------
     def accept(self, token_id: int) -> Step:
@@ -267,10 +363,10 @@ class GuardSession:
         the end-of-text check (a pending ``word`` term at the very end matches and rolls back).
 
         Raises:
-            RuntimeError: after :meth:`finish`, or when mixed with :meth:`advance`.
+            RuntimeError: after :meth:`finish`.
         """
-        if self._mode != "rollback" or self._finished:
-            self._enter("rollback")
+        if self._finished:
+            raise RuntimeError("the session already finished")
         if token_id in self.eos_ids:
             return self._end_of_text("stop", ())
         matcher = self.matcher
@@ -303,8 +399,13 @@ class GuardSession:
 
     def end_of_text(self, reason: FinishReason = "length") -> Step:
         """The engine ends the text here (its own length limit): a pending ``word`` term at the very end
-        matches. Returns ``kind="finish"`` with ``reason``, or the rollback (decode on)."""
-        self._enter("rollback")
+        matches. Returns ``kind="finish"`` with ``reason``, or the rollback (decode on).
+
+        Raises:
+            RuntimeError: after :meth:`finish`.
+        """
+        if self._finished:
+            raise RuntimeError("the session already finished")
         return self._end_of_text(reason, ())
 
     def release(self) -> str:
@@ -338,7 +439,7 @@ class GuardSession:
         cut_bytes = self._cut_bytes
         if cut_bytes is None:
             cut = self.position if self._cut_tokens is None else self._cut_tokens
-            if self.matcher is not None and self._mode != "mask":
+            if self.matcher is not None:
                 self._rewind(cut)
                 while (hit := self._finish_hit()[0]) is not None:
                     cut = hit.start_token
@@ -361,49 +462,7 @@ class GuardSession:
         done = Finish(reason, text.text, usage, tuple(self._tokens), filtered_by)
         return (TextDelta(delta), done) if delta else (done,)
 
-    # -- mask-only engines ----------------------------------------------------------------------------
-    def advance(self, token_id: int) -> Hit | None:
-        """Mask-only engines: record the token the engine emitted, which the session cannot refuse.
-
-        Returns:
-            ``None``, or the :class:`Hit` of a term the token completed *after the fact* (the engine masked
-            :meth:`mask_ids` but could not prevent it: every candidate was masked, or the text ends on a
-            pending word boundary). The hit is appended to :attr:`missed` and matching restarts after the
-            token as at a text start. An EOS id ends the text: its hit is the end-of-text check's.
-
-        Raises:
-            RuntimeError: after :meth:`finish`, or when mixed with :meth:`accept`.
-        """
-        self._enter("mask")
-        if token_id in self.eos_ids:
-            return self.text_ends()
-        matcher = self.matcher
-        hit = matcher.push(token_id) if matcher is not None else None
-        if matcher is not None and hit is not None:
-            self.matcher = TokenMatcher(matcher.artefact)
-            self.missed.append(hit)
-        self._tokens.append(token_id)
-        self.text.append(token_id)
-        return hit
-
-    def text_ends(self) -> Hit | None:
-        """Mask-only engines: the text ended here (EOS, a length limit): the end-of-text check, a hit
-        recorded in :attr:`missed` (a ``word`` term standing at the very end)."""
-        self._enter("mask")
-        hit = self.matcher.finish() if self.matcher is not None else None
-        if hit is not None:
-            self.missed.append(hit)
-        return hit
-
     # -- internals ------------------------------------------------------------------------------------
-    def _enter(self, mode: str) -> None:
-        if self._finished:
-            raise RuntimeError("the session already finished")
-        if self._mode is None:
-            self._mode = mode
-        elif self._mode != mode:
-            raise RuntimeError("accept()/end_of_text() (rollback engines) and advance() (mask-only) do not mix")
-
     def _truncate(self, tokens: int) -> None:
         del self._tokens[tokens:]
         del self._reach[tokens + 1:]
@@ -481,9 +540,10 @@ class GuardSession:
             escalation.rollback_to(position)
 
     def _restand(self) -> None:
-        """Rebuild :meth:`standing_ids` after an escalation started or was dropped."""
+        """Rebuild :attr:`always_banned` after an escalation started or was dropped."""
         extra = [e.always_banned for e in self._escalations]
-        self._standing = token_set(self.always_banned, *extra) if extra else self.always_banned
+        lists = self._lists_always_banned
+        self._always_banned = token_set(lists, *extra) if extra else lists
 
     def _releasable(self) -> int:
         """Leading tokens no match of the current text can begin in: the matcher's and every escalation's."""

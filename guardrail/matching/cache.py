@@ -19,10 +19,11 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
+
+from cachetools import LRUCache
 
 from guardrail.atomic_file import write_atomically
 from guardrail.matching.artefact import Artefact
@@ -48,7 +49,7 @@ class ArtefactCache:
     Args:
         redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
         cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
-        max_memory_items: artefacts kept in the in-process LRU.
+        max_memory_items: artefacts kept in the in-process LRU (>= 1).
         max_disk_bytes: bound of the disk layer in bytes: after each write, the least recently used
             files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
             just written is always kept. ``None``: unbounded.
@@ -65,13 +66,15 @@ class ArtefactCache:
                  max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES, redis_timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_disk_bytes is not None and max_disk_bytes < 0:
             raise ValueError(f"max_disk_bytes must be >= 0 or None, got {max_disk_bytes}")
+        if max_memory_items < 1:
+            raise ValueError(f"max_memory_items must be >= 1, got {max_memory_items}")
         self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
         self.max_memory_items = max_memory_items
         self.max_disk_bytes = max_disk_bytes
         self.key_prefix = key_prefix
         self._on_lookup = on_lookup or (lambda layer: None)
         self._on_compile = on_compile or (lambda seconds: None)
-        self._memory: OrderedDict[str, Artefact] = OrderedDict()
+        self._memory: LRUCache[str, Artefact] = LRUCache(max_memory_items)  # guarded by _lock
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._redis = None
@@ -89,9 +92,8 @@ class ArtefactCache:
         """
         key = artefact_key(vocab, wordlists)
         with self._lock:
-            found = self._memory.get(key)
+            found = self._memory.get(key)  # a hit becomes the most recently used
             if found is not None:
-                self._memory.move_to_end(key)
                 self._on_lookup("memory")
                 return found, "memory"
             key_lock = self._key_locks.setdefault(key, threading.Lock())
@@ -123,18 +125,15 @@ class ArtefactCache:
         Raises:
             WordListError: if a list does not compile.
         """
-        own = [wl for wl in request if wl.terms]
-        if not own:
+        request_lists = [wl for wl in request if wl.terms]
+        if not request_lists:
             return self.get(vocab, stored)[0] if stored else None
-        extra = compile_request_artefact(vocab, own, alongside=stored)
+        extra = compile_request_artefact(vocab, request_lists, alongside=stored)
         return CombinedArtefact(self.get(vocab, stored)[0], extra) if stored else extra
 
     def _remember(self, key: str, artefact: Artefact) -> None:
         with self._lock:
             self._memory[key] = artefact
-            self._memory.move_to_end(key)
-            while len(self._memory) > self.max_memory_items:
-                self._memory.popitem(last=False)
             self._key_locks.pop(key, None)
 
     def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str, bool]:

@@ -36,14 +36,14 @@ def split_terms(values: Iterable[str]) -> list[str]:
     return terms
 
 
-def select_wordlists(names: Iterable[str], banned: Iterable[str] = ()) -> list[WordList]:
+def select_wordlists(names: Iterable[str], banned_terms: Iterable[str] = ()) -> list[WordList]:
     """Bundled lists by name (or ``.txt`` paths), plus a ``request`` list of ad-hoc banned terms.
 
     Raises:
         WordListError: for an unknown list name, a malformed list file or an invalid banned term.
     """
     lists = [load_wordlist(name) if name.endswith(".txt") else bundled_wordlist(name) for name in split_names(names)]
-    extra = split_terms(banned)
+    extra = split_terms(banned_terms)
     if extra:
         lists.append(wordlist_from_terms(extra, name="request"))
     return lists

@@ -42,7 +42,7 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
     """``--wordlist NAME[,NAME…]`` (repeatable; bundled names or .txt paths) and ``--banned "a,b"``."""
     parser.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
                         help=f"word lists: bundled names or .txt files (default: {','.join(default)})")
-    parser.add_argument("--banned", action="append", default=[], metavar='"a,b"',
+    parser.add_argument("--banned", dest="banned_terms", action="append", default=[], metavar='"a,b"',
                         help="extra banned terms, comma-separated (repeatable; default: none); re:PATTERN is a "
                              "regex term and takes the rest of the value, commas included")
     parser.add_argument("--obfuscation", default=str(DEFAULT_OBFUSCATION), type=canonical_obfuscation,
@@ -56,7 +56,7 @@ def selected_wordlists(args: argparse.Namespace):
     from guardrail.wordlists.selection import select_wordlists
 
     names = args.wordlist if args.wordlist is not None else args.default_wordlists
-    return with_obfuscation(select_wordlists(names, args.banned), args.obfuscation)
+    return with_obfuscation(select_wordlists(names, args.banned_terms), args.obfuscation)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

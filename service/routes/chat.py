@@ -21,6 +21,7 @@ from service.generation import (
     guard_headers,
     prepare,
     prompt_token_ids,
+    reject_unsupported,
     respond,
 )
 from service.runtime import Runtime
@@ -129,16 +130,14 @@ class ChatShape:
                 "usage": usage}
 
 
-def _reject_unsupported(body: ChatCompletionRequest) -> None:
+def _check_tool_choice(body: ChatCompletionRequest) -> None:
+    """Raises ApiError 400 naming ``tool_choice`` when it asks for a tool the request does not give."""
     choice = body.tool_choice
     if choice is not None and choice != "none" and not body.tools:
         raise ApiError(400, "tool_choice needs tools", param="tool_choice", code="invalid_value")
     if isinstance(choice, NamedToolChoice) and choice.function.name not in {t.function.name for t in body.tools or ()}:
         raise ApiError(400, f"tool_choice names function {choice.function.name!r}, which is not in tools",
                        param="tool_choice", code="invalid_value")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", param="response_format",
-                       code="unsupported_parameter")
 
 
 @functools.cache
@@ -211,7 +210,8 @@ def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> tuple[ToolUse | 
 )
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, response: Response,
                                  runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
-    _reject_unsupported(body)
+    reject_unsupported(body)  # before the prompt is tokenized
+    _check_tool_choice(body)
     messages = [_message(m) for m in body.messages]
     tools, extra_stop = _tool_use(runtime, body)
     tool_list = [t.model_dump(exclude_none=True) for t in body.tools] if tools is not None and body.tools else None

@@ -42,9 +42,9 @@ def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckRes
         raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
     stored = stored_lists(runtime, names)
     found = runtime.text_matcher(stored, obfuscation).scan(body.text) if stored else []
-    own = request_list(runtime, body.request_terms())
-    if own is not None:
-        found += TextMatcher([own], obfuscation=obfuscation).scan(body.text)
+    requested = request_list(runtime, body.request_terms())
+    if requested is not None:
+        found += TextMatcher([requested], obfuscation=obfuscation).scan(body.text)
     first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
     matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
                for m in first]

@@ -17,6 +17,7 @@ from service.generation import (
     guard_headers,
     prepare,
     prompt_token_ids,
+    reject_unsupported,
     respond,
 )
 from service.schemas.generation import CompletionRequest, TextCompletion
@@ -58,15 +59,6 @@ class CompletionShape:
         }
 
 
-def _reject_unsupported(body: CompletionRequest) -> None:
-    if body.echo:
-        raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
-    if body.suffix:
-        raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
-    if body.best_of not in (None, 1):
-        raise ApiError(400, "best_of is not supported", param="best_of", code="unsupported_parameter")
-
-
 @router.post(
     "/completions",
     response_model=TextCompletion,
@@ -76,7 +68,7 @@ def _reject_unsupported(body: CompletionRequest) -> None:
 )
 async def create_completion(body: CompletionRequest, request: Request, response: Response,
                             runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
-    _reject_unsupported(body)
+    reject_unsupported(body)  # before the prompt is tokenized
     prompt = body.prompt
     if isinstance(prompt, list) and isinstance(prompt[0], int):
         if max(prompt) >= runtime.vocab_size:

@@ -114,7 +114,8 @@ class GenerationFields(BaseModel):
         return sorted(name for name in self.model_extra or {} if name not in UNSUPPORTED_FIELDS)
 
     def unsupported_field(self) -> str | None:
-        """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any."""
+        """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any (an endpoint's request
+        type adds its own declared fields; :func:`service.generation.reject_unsupported` answers 400)."""
         given = {**(self.model_extra or {}), "logprobs": self.logprobs, "top_logprobs": self.top_logprobs}
         for name in sorted(UNSUPPORTED_FIELDS):
             value = given.get(name)
@@ -215,6 +216,11 @@ class ChatCompletionRequest(GenerationFields):
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    def unsupported_field(self) -> str | None:
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            return "response_format"
+        return super().unsupported_field()
+
 
 class CompletionRequest(GenerationFields):
     prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)] | Annotated[
@@ -226,6 +232,15 @@ class CompletionRequest(GenerationFields):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    def unsupported_field(self) -> str | None:
+        if self.echo:
+            return "echo"
+        if self.suffix:
+            return "suffix"
+        if self.best_of not in (None, 1):
+            return "best_of"
+        return super().unsupported_field()
 
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls"]

@@ -173,11 +173,8 @@ class RemoteEngine:
         params.check_vocab(self.num_logits)
         if not self._health.ok:
             raise EngineUnavailable(f"the upstream is down ({self._health.detail})", self._retry_after_s)
-        session = GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
-                               max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
-                               max_rollbacks_per_position=params.max_rollbacks_per_position,
-                               num_logits=self.num_logits, prompt_tokens=len(prompt),
-                               evasion_guard=params.evasion_guard)
+        session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
+                                           num_logits=self.num_logits, prompt_tokens=len(prompt))
         return self._run(prompt, params, session, cancel or threading.Event())
 
     # -- the decode loop -----------------------------------------------------------------------------
@@ -194,7 +191,7 @@ class RemoteEngine:
                 yield from self._finish(session, "length", counters)
                 return
             bans = session.bans.banned(position)
-            banned = {int(t) for t in session.standing_ids()} | {int(t) for t in bans}
+            banned = {int(t) for t in session.always_banned} | {int(t) for t in bans}
             single = bool(bans)  # a re-pick: one token under the position's bans, then a plain continuation
             body = self._body(prompt + list(session.token_ids), params, 1 if single else room, banned, position,
                               counters.requests)

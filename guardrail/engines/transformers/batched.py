@@ -1,9 +1,10 @@
 """Continuous batching: many guarded generations share one forward pass per step.
 
-Each request is a *row*: its own :class:`~guardrail.guard.session.GuardSession`, processors and warpers, seeded
-``torch.Generator``, stop strings, hold-back, ``max_tokens``, deadline, cancel event and kept logits — the
-per-request loop of :class:`~guardrail.engines.transformers.decoder.StreamingDecoder`, unchanged, except that
-"run the forward pass for this token" is handed to the scheduler instead of run at once. One
+Each request is a *row* that composes a :class:`~guardrail.engines.transformers.decoder.Generation` — the
+single-stream decoder's per-request state and loop (its own :class:`~guardrail.guard.session.GuardSession`,
+processors and warpers, seeded ``torch.Generator``, stop strings, hold-back, ``max_tokens``, deadline, cancel
+event and kept logits), unchanged: the row drives :meth:`Generation.steps` and runs the forward pass each
+:class:`~guardrail.engines.transformers.decoder.Feed` asks for in the step's batch pass instead of at once. One
 :meth:`BatchedDecoder.step`:
 
 1. admits waiting requests (up to ``max_batch`` rows): each looks up its prompt head in the prefix cache
@@ -53,7 +54,7 @@ from guardrail.engines.transformers.batch_cache import (
     BatchKVCache,
     Prefill,
 )
-from guardrail.engines.transformers.decoder import StreamingDecoder, _Feed, _Generation
+from guardrail.engines.transformers.decoder import Feed, Generation, StreamingDecoder
 from guardrail.engines.transformers.kv_cache import has_sliding_layers
 from guardrail.engines.transformers.prefix_cache import (
     BLOCK_TOKENS,
@@ -104,15 +105,21 @@ class Request:
         return f"Request({self.id})"
 
 
-class _RowCache:
-    """What the single-stream loop expects of its ``kv``, over this row's slice of the batch cache."""
+class _RowKV:
+    """A row's slice of the batch cache, as the :class:`~guardrail.engines.transformers.decoder.DecodeKV` its
+    generation decodes on: a rollback masks the row's columns (holes), the batcher advances it per pass."""
 
-    def __init__(self, cache: BatchKVCache, row: _Row, prefill_passes: int, length: int):
+    def __init__(self, cache: BatchKVCache, row: _BatchRow, prefill_passes: int, length: int):
         self.cache = cache
         self.row = row
         self.length = length
         self.forward_passes = prefill_passes
         self.reprefills = 0
+
+    def fed(self, tokens: int) -> None:
+        """A batch forward pass appended ``tokens`` columns to this row."""
+        self.forward_passes += 1
+        self.length += tokens
 
     def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool:
         """Mask the row's columns after ``length`` tokens (holes); no forward pass. Returns False (no re-prefill)."""
@@ -124,24 +131,25 @@ class _RowCache:
         raise RuntimeError("a batched row rolled back past its kept logits (the session's frontier was not kept)")
 
 
-class _Row(_Generation):
-    """One request's loop (:meth:`_Generation.steps`), yielding :class:`_Feed` where it needs the model."""
+class _BatchRow:
+    """One request in the batch: its :class:`Generation` (the single-stream decode state, composed) and
+    what the scheduler holds for it between steps."""
 
     def __init__(self, decoder: StreamingDecoder, request: Request, artefact: ArtefactLike | None):
-        super().__init__(decoder, request.prompt_ids, artefact, request.params, request.cancel)
-        self.request = request  # self.kv: _Generation's empty KVCache until start() puts a _RowCache there
-        self.feed: _Feed | None = None  # what this row feeds in the step's forward pass
+        self.request = request
+        self.generation = Generation(decoder, request.prompt_ids, artefact, request.params, request.cancel)
+        self.prompt = self.generation.prompt
+        self.kv: _RowKV | None = None  # set by start()
+        self.feed: Feed | None = None  # what this row feeds in the step's forward pass
         self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (fed tokens, vocab)
-        self.loop: Generator[Event | _Feed, torch.Tensor, None] | None = None
+        self.loop: Generator[Event | Feed, torch.Tensor, None] | None = None
 
     def start(self, cache: BatchKVCache, prefill_passes: int, logits: torch.Tensor) -> None:
         """Begin decoding after the prefill: ``logits`` ``(1, vocab)`` are the next-token logits of the prompt."""
-        self.kv = _RowCache(cache, self, prefill_passes, len(self.prompt))
-        self.logits[0] = logits
+        self.kv = _RowKV(cache, self, prefill_passes, len(self.prompt))
         started = self.request.started_at
         assert started is not None, "the batcher stamps started_at before the row's prefill"
-        self.started = started
-        self.loop = self.steps()
+        self.loop = self.generation.steps(self.kv, logits, started, self.request.cached_tokens)
 
 
 class BatchedDecoder:
@@ -188,9 +196,9 @@ class BatchedDecoder:
         self.forward_passes = 0
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
         self._lock = threading.RLock()  # stream() submits while holding it
-        self._waiting: collections.deque[_Row | tuple[Request, Iterator[Event]]] = collections.deque()
-        self._prefilling: list[tuple[list[_Row], Prefill]] = []
-        self._running: list[_Row] = []
+        self._waiting: collections.deque[_BatchRow | tuple[Request, Iterator[Event]]] = collections.deque()
+        self._prefilling: list[tuple[list[_BatchRow], Prefill]] = []
+        self._running: list[_BatchRow] = []
         self._single: tuple[Request, Iterator[Event]] | None = None  # the batch-1 fallback's current stream
         self._outboxes: dict[int, queue.SimpleQueue] = {}  # request id -> its stream()'s events (driver thread)
         self._wake = threading.Event()
@@ -208,7 +216,7 @@ class BatchedDecoder:
         """
         request = Request(prompt_ids, params, cancel)
         if self.batched:
-            item: _Row | tuple[Request, Iterator[Event]] = _Row(self.decoder, request, artefact)
+            item: _BatchRow | tuple[Request, Iterator[Event]] = _BatchRow(self.decoder, request, artefact)
         else:
             stream = self.decoder.stream(request.prompt_ids, artefact, params, request.cancel)
             item = (request, stream)
@@ -256,7 +264,7 @@ class BatchedDecoder:
         events: list[tuple[Request, Event]] = []
         self._admit(events)
         self._prefill()
-        feeding: list[_Row] = []
+        feeding: list[_BatchRow] = []
         for row in list(self._running):
             if self._advance(row, events):
                 feeding.append(row)
@@ -272,7 +280,7 @@ class BatchedDecoder:
 
     def _forward(self, cache: BatchKVCache) -> None:
         """One forward pass: every row's kept token, and the drafts worth verifying (:meth:`_draft_width`)."""
-        rows = cast("list[_Row]", cache.keys)  # this batcher keys its cache by its rows; every cached row feeds
+        rows = cast("list[_BatchRow]", cache.keys)  # this batcher keys its cache by its rows; every cached row feeds
         spans = []
         for row in rows:
             assert row.feed is not None, "every running row kept a token this step"
@@ -289,11 +297,11 @@ class BatchedDecoder:
         if self.on_step is not None:
             self.on_step(len(rows))
         for row, span, out in zip(rows, spans, outs, strict=True):
-            row.kv.forward_passes += 1
-            row.kv.length += len(span)
+            assert row.kv is not None, "a running row was started"
+            row.kv.fed(len(span))
             row.next_logits = out
 
-    def _draft_width(self, rows: list[_Row], spans: list[list[int]]) -> int:
+    def _draft_width(self, rows: list[_BatchRow], spans: list[list[int]]) -> int:
         """Drafted tokens per row this pass (the same bound for every row): the width that maximises the
         batch's expected kept tokens per unit of cost, each row's drafts accepted at its own average rate
         (:func:`~guardrail.engines.drafting.draft_width` for one row; a wider pass costs every row)."""
@@ -303,7 +311,7 @@ class BatchedDecoder:
         cost = self.decoder.speculative.cost
         best, best_rate = 0, float(len(rows))
         for width in range(1, longest + 1):
-            expected = sum(expected_tokens(row.acceptance, min(width, len(span) - 1))
+            expected = sum(expected_tokens(row.generation.acceptance, min(width, len(span) - 1))
                            for row, span in zip(rows, spans, strict=True))
             rate = expected / cost.of(width, len(rows))
             if rate > best_rate:
@@ -312,13 +320,13 @@ class BatchedDecoder:
 
     def _admit(self, events: list[tuple[Request, Event]]) -> None:
         """Take waiting requests into free rows; their prefills start as groups (:meth:`_group`)."""
-        admitted: list[tuple[_Row, CachedPrefix | None]] = []
+        admitted: list[tuple[_BatchRow, CachedPrefix | None]] = []
         while len(self._running) + self._prefilling_rows + len(admitted) < self.max_batch:
             with self._lock:
                 if not self._waiting:
                     break
                 row = self._waiting.popleft()
-            assert isinstance(row, _Row), "a batched decoder queues rows"
+            assert isinstance(row, _BatchRow), "a batched decoder queues rows"
             request = row.request
             if request.cancel.is_set():  # left while waiting: no model work
                 events.append((request, self._cancelled_before_start(row)))
@@ -326,7 +334,7 @@ class BatchedDecoder:
             request.started_at = time.perf_counter()
             assert self.prefix_cache is not None, "a batched decoder holds a prefix cache"
             head = self.prefix_cache.match(row.prompt)
-            request.cached_tokens = row.cached_tokens = head.length if head is not None else 0
+            request.cached_tokens = head.length if head is not None else 0
             admitted.append((row, head))
         for group in self._group(admitted):
             rows = [row for row, _ in group]
@@ -336,12 +344,13 @@ class BatchedDecoder:
             self._prefilling.append((rows, prefill))
 
     @staticmethod
-    def _group(admitted: list[tuple[_Row, CachedPrefix | None]]) -> list[list[tuple[_Row, CachedPrefix | None]]]:
+    def _group(admitted: list[tuple[_BatchRow, CachedPrefix | None]]
+               ) -> list[list[tuple[_BatchRow, CachedPrefix | None]]]:
         """Rows prefilled together: the same cached head length, and padding within MAX_PREFILL_PADDING."""
-        def head_length(item: tuple[_Row, CachedPrefix | None]) -> int:
+        def head_length(item: tuple[_BatchRow, CachedPrefix | None]) -> int:
             return item[1].length if item[1] is not None else 0
 
-        groups: list[list[tuple[_Row, CachedPrefix | None]]] = []
+        groups: list[list[tuple[_BatchRow, CachedPrefix | None]]] = []
         fed = 0  # prompt tokens the current group feeds
         for item in sorted(admitted, key=lambda i: (head_length(i), len(i[0].prompt))):
             rest = len(item[0].prompt) - head_length(item)
@@ -377,7 +386,7 @@ class BatchedDecoder:
                 row.start(cache, prefill.forward_passes, logits[index:index + 1])
                 self._running.append(row)
 
-    def _advance(self, row: _Row, events: list[tuple[Request, Event]]) -> bool:
+    def _advance(self, row: _BatchRow, events: list[tuple[Request, Event]]) -> bool:
         """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
         request = row.request
         sent, row.next_logits, row.feed = row.next_logits, None, None
@@ -385,7 +394,7 @@ class BatchedDecoder:
         assert steps is not None, "set by start()"
         try:
             item = steps.send(sent) if sent is not None else next(steps)
-            while not isinstance(item, _Feed):
+            while not isinstance(item, Feed):
                 events.append((request, item))
                 if isinstance(item, Finish):
                     request.finished = True
@@ -397,7 +406,7 @@ class BatchedDecoder:
         row.feed = item
         return True
 
-    def _cancelled_before_start(self, row: _Row) -> Finish:
+    def _cancelled_before_start(self, row: _BatchRow) -> Finish:
         row.request.finished = True
         return Finish("cancelled", "", Usage(len(row.prompt), 0, 0, 0, 0, 0.0), ())
 
@@ -408,7 +417,7 @@ class BatchedDecoder:
                 if not self._waiting:
                     return []
                 single = self._waiting.popleft()
-                assert not isinstance(single, _Row), "the batch-1 fallback queues streams"
+                assert not isinstance(single, _BatchRow), "the batch-1 fallback queues streams"
                 self._single = single
             single[0].started_at = time.perf_counter()
         request, stream = self._single
@@ -460,7 +469,7 @@ class BatchedDecoder:
         self._stopping = True
         with self._lock:
             for item in self._waiting:
-                (item.request if isinstance(item, _Row) else item[0]).cancel.set()
+                (item.request if isinstance(item, _BatchRow) else item[0]).cancel.set()
         for row in self._running:
             row.request.cancel.set()
         self._wake.set()
@@ -521,7 +530,7 @@ class BatchedDecoder:
         with self._lock:
             requests = [row.request for row in self._running]
             requests += [row.request for rows, _ in self._prefilling for row in rows]
-            requests += [item.request if isinstance(item, _Row) else item[0] for item in self._waiting]
+            requests += [item.request if isinstance(item, _BatchRow) else item[0] for item in self._waiting]
             if self._single is not None:
                 requests.append(self._single[0])
             self._waiting.clear()

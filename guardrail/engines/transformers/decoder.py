@@ -9,10 +9,14 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
       -> session.banned_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
-      -> session.accept(token): every pick, including the re-pick after a rollback
-           rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
-           keep     -> one forward pass for the logits of p + 1 (the session released what became final)
-           finish   -> session.finish(reason): the last text and the Finish event
+      -> judge(session, token, generation): every pick, including the re-pick after a rollback
+         (guardrail.guard.verdict: the session's verdict, applied through Generation's handler methods)
+           on_rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
+           on_keep     -> one forward pass for the logits of p + 1 (the session released what became final)
+           on_finish   -> session.finish(reason): the last text and the Finish event
+
+:class:`Generation` holds one request's state and loop; :class:`StreamingDecoder` runs one at a time on its own
+KV cache, and the batched engine (:mod:`guardrail.engines.transformers.batched`) composes one per row.
 
 Rollback costs no forward pass: the raw logits of every position a rollback can still reach (those not yet
 released) are kept, and the processors only read the prefix, which a rollback to ``p`` leaves as it was.
@@ -47,7 +51,8 @@ from guardrail.engines.drafting import (
 from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
 from guardrail.engines.transformers.sampling import BanMask, TokenPicker, build_processors, build_warpers
 from guardrail.guard.events import Event, FinishReason
-from guardrail.guard.session import FINISH, KEEP, GuardSession
+from guardrail.guard.session import GuardSession
+from guardrail.guard.verdict import FINISH, KEEP, VerdictHandler, judge
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -104,11 +109,9 @@ class StreamingDecoder:
         Raises:
             ValueError: an artefact compiled for another vocab.
         """
-        return GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
-                            max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
-                            max_rollbacks_per_position=params.max_rollbacks_per_position,
-                            retry_bans=self.retry_bans, num_logits=self.vocab_size, prompt_tokens=prompt_tokens,
-                            evasion_guard=params.evasion_guard)
+        return GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
+                                        num_logits=self.vocab_size, prompt_tokens=prompt_tokens,
+                                        retry_bans=self.retry_bans)
 
     def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -126,26 +129,42 @@ class StreamingDecoder:
             ValueError: empty prompt, a token id outside the vocab in ``prompt_ids`` or ``params``, or an
                 artefact compiled for another vocab (raised by this call, before any model work).
         """
-        return _Generation(self, prompt_ids, artefact, params, cancel).run()
+        return Generation(self, prompt_ids, artefact, params, cancel).run()
 
 
-class _LoopKV(Protocol):
-    """What :class:`_Generation`'s rollback and finish read of its KV cache: a :class:`KVCache`, or a
-    batched row's slice of a :class:`~guardrail.engines.transformers.batch_cache.BatchKVCache`."""
+class DecodeKV(Protocol):
+    """The KV cache a :class:`Generation` decodes on: a :class:`KVCache` (single stream), or a batched row's
+    slice of a :class:`~guardrail.engines.transformers.batch_cache.BatchKVCache`. The generation reads it
+    and rolls it back; whoever runs the forward passes advances it.
 
-    length: int  # tokens held (prompt + completion)
+    Attributes:
+        length: tokens held (prompt + completion, fed drafts included).
+        forward_passes: forward passes this generation took part in (its prefill counts).
+        reprefills: rollbacks done by rebuilding the cache.
+    """
+
+    length: int
     forward_passes: int
     reprefills: int
 
-    def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool: ...
+    def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool:
+        """Drop every column after the first ``length`` tokens; ``token_ids`` are the ``length`` tokens that
+        stay (for a cache that must rebuild itself). Returns whether it re-prefilled."""
+        ...
 
-    def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor: ...
+    def reprefill(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Rebuild the cache from ``token_ids``; the next-token logits ``(1, vocab)`` float32."""
+        ...
 
 
-class _Feed:
-    """The loop kept ``tokens[0]`` and drafted ``tokens[1:]``: feed them in one forward pass and send back
-    the logits after each fed token, ``(n, vocab)`` float32. An engine may feed only the first ``n`` tokens
-    (``1 <= n <= len(tokens)``; fewer drafts, e.g. when verifying them would slow its batch down)."""
+class Feed:
+    """A forward pass a :class:`Generation` asks for: it kept ``tokens[0]`` and drafted ``tokens[1:]``.
+
+    The engine feeds them after the held tokens (it may feed only the first ``n``, ``1 <= n <=
+    len(tokens)``: fewer drafts, e.g. when verifying them would slow its batch down), advances the
+    :class:`DecodeKV` by ``n`` tokens and one forward pass, and sends the logits after each fed token,
+    ``(n, vocab)`` float32, back into :meth:`Generation.steps`.
+    """
 
     __slots__ = ("tokens",)
 
@@ -153,12 +172,36 @@ class _Feed:
         self.tokens = tokens
 
 
-class _Generation:
-    """One request on the transformers engine: KV cache, kept logits, processors and the loop; the guard
-    state is the :class:`GuardSession`."""
+class Generation(VerdictHandler):
+    """One request's decode state on the transformers engine: kept logits, processors, picker, drafter and
+    the loop; the guard state is its :class:`GuardSession` (:attr:`session`), the verdicts are applied
+    through :func:`guardrail.guard.verdict.judge`.
+
+    The single-stream decoder runs it with :meth:`run` (own :class:`KVCache`, its forward passes run at
+    once); the batched engine composes one per row and drives :meth:`steps` itself, running the forward
+    pass that each :class:`Feed` asks for in one batch pass.
+
+    Args:
+        decoder: the model, vocab, EOS ids, retry-bans policy and speculative settings.
+        prompt_ids: the prompt's token ids, not empty.
+        artefact: the compiled lists (``None``: unguarded).
+        params: sampling, stop conditions and rollback budget.
+        cancel: when set, the generation ends at its next pick with ``Finish(reason="cancelled")``.
+
+    Raises:
+        ValueError: empty prompt, a token id outside the vocab in ``prompt_ids`` or ``params``, or an
+            artefact compiled for another vocab.
+
+    Attributes:
+        prompt: the prompt's token ids.
+        session: the guard session.
+        acceptance: the running average share of drafted tokens accepted (0..1; the batched engine reads it
+            to size its verification passes).
+        kv: the :class:`DecodeKV` given to :meth:`steps` (``None`` before).
+    """
 
     def __init__(self, decoder: StreamingDecoder, prompt_ids: Sequence[int], artefact: ArtefactLike | None,
-                 params: SamplingParams, cancel: threading.Event | None):
+                 params: SamplingParams, cancel: threading.Event | None = None):
         self.decoder = decoder
         self.prompt = [int(t) for t in prompt_ids]
         self.params = params
@@ -175,99 +218,162 @@ class _Generation:
         self.warpers = build_warpers(params, decoder.vocab_size)
         self.picker = TokenPicker(params)
         self.mask = BanMask()
-        self.kv: _LoopKV = KVCache(decoder.model, decoder.record_past)
+        self.kv: DecodeKV | None = None
         self.input_ids = None
         if self.processors or self.warpers:
             # Processors read the prefix as (1, seq_len) int64: one buffer, written once per kept token.
             self.input_ids = torch.zeros((1, len(self.prompt) + params.max_tokens + 1), dtype=torch.long)
             self.input_ids[0, :len(self.prompt)] = torch.tensor(self.prompt)
         self.logits: dict[int, torch.Tensor] = {}  # completion position -> raw logits (1, vocab)
-        self.cached_tokens = 0  # prompt tokens loaded from a prefix cache (batched rows)
+        self.cached_tokens = 0  # prompt tokens loaded from a prefix cache (reported in Usage)
+        self.started = time.perf_counter()
         speculative = decoder.speculative
         self.draft_limit = speculative.num_tokens if params.speculative else 0
         self.drafter: Drafter | None = speculative.drafter() if self.draft_limit else None
         if self.drafter is not None:
             self.drafter.extend(self.prompt)
         self.verify_cost = speculative.cost
-        self.acceptance = INITIAL_ACCEPTANCE  # the average share of drafted tokens accepted
+        self.acceptance = INITIAL_ACCEPTANCE
         self.draft_tokens = self.accepted_draft_tokens = 0
         # Drafted tokens already in the KV cache past the kept ones, each with the logits after it (1, vocab).
         self._pending: list[tuple[int, torch.Tensor]] = []
         self._verifying = [0, 0]  # of the last verification pass: drafts fed, drafts accepted so far
+        self._out: list[Event] = []  # events of the verdict being applied, yielded by the loop
+        self._feed: Feed | None = None  # the forward pass the last keep asks for (None: a verified draft)
 
     def run(self) -> Iterator[Event]:
-        """The single-stream loop: prefill, then :meth:`steps` with this request's own :class:`KVCache`."""
-        self.started = time.perf_counter()
-        kv = self.kv
-        assert isinstance(kv, KVCache), "the single-stream loop runs on its own KVCache"
-        self.logits[0] = kv.forward(self.prompt)
-        steps = self.steps()
+        """The single-stream loop: prefill on an own :class:`KVCache`, then :meth:`steps`, each
+        :class:`Feed` run at once."""
+        started = time.perf_counter()
+        kv = KVCache(self.decoder.model, self.decoder.record_past)
+        steps = self.steps(kv, kv.forward(self.prompt), started)
         item = next(steps, None)
         while item is not None:
-            if isinstance(item, _Feed):
+            if isinstance(item, Feed):
                 item = steps.send(kv.forward_all(item.tokens))
             else:
                 yield item
                 item = next(steps, None)
 
-    def steps(self) -> Generator[Event | _Feed, torch.Tensor, None]:
-        """The decode loop after the prefill (``self.logits[0]`` set, ``self.started`` stamped): yields
-        events, and :class:`_Feed` where it needs a forward pass, which is sent the logits it asks for."""
-        session, params, logits = self.session, self.params, self.logits
-        started = self.started
+    def steps(self, kv: DecodeKV, logits: torch.Tensor, started: float, cached_tokens: int = 0
+              ) -> Generator[Event | Feed, torch.Tensor, None]:
+        """The decode loop after a prefill run elsewhere.
+
+        Args:
+            kv: the cache holding the prompt (``kv.length == len(prompt)``).
+            logits: ``(1, vocab)`` float32, the next-token logits after the prompt.
+            started: ``time.perf_counter()`` when the generation began (its ``timeout_s`` counts from there).
+            cached_tokens: prompt tokens loaded from a prefix cache (reported in :class:`Usage`).
+
+        Returns:
+            A generator yielding events (:class:`TextDelta`, :class:`Rollback`, last one :class:`Finish`)
+            and a :class:`Feed` where it needs a forward pass; send it that pass's logits.
+        """
+        self.kv = kv
+        self.logits[0] = logits
+        self.started = started
+        self.cached_tokens = cached_tokens
+        return self._loop()
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def _loop(self) -> Generator[Event | Feed, torch.Tensor, None]:
+        session, params = self.session, self.params
         while True:
             if self.cancel is not None and self.cancel.is_set():
-                yield from self._finish("cancelled")
+                yield from self._finished("cancelled")
                 return
-            if time.perf_counter() - started > params.timeout_s:
-                yield from self._finish("length")
+            if time.perf_counter() - self.started > params.timeout_s:
+                yield from self._finished("length")
                 return
             token = self._pick()
             if token is None:  # every candidate is banned here
-                yield from self._finish("content_filter")
+                yield from self._finished("content_filter")
                 return
-            step = session.accept(token)
-            yield from step.events
-            if step.kind == KEEP:
-                position = step.position
-                if self.input_ids is not None:
-                    self.input_ids[0, len(self.prompt) + position - 1] = token
-                frontier = session.frontier
-                for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
-                    del logits[old]
-                if self.drafter is not None:
-                    self.drafter.extend([token])
-                if self._pending and self._pending[0][0] == token:  # a verified draft: no forward pass
-                    logits[position] = self._pending.pop(0)[1]
-                    self.accepted_draft_tokens += 1
-                    self._verifying[1] += 1
-                    if not self._pending:
-                        self._verified()
-                    continue
-                if self._pending:  # the pick differs from the draft: its column and the later ones go
-                    self._pending = []
-                    self._verified()
-                    self.kv.rollback_to(len(self.prompt) + position - 1, self.prompt + list(session.token_ids))
-                drafts = self._drafts(position)
-                out = yield _Feed([token, *drafts])
-                fed = len(out) - 1  # the engine may have fed fewer drafts
-                logits[position] = out[0:1]
-                if fed:
-                    self._pending = [(drafts[i], out[i + 1:i + 2]) for i in range(fed)]
-                    self._verifying = [fed, 0]
-                    self.draft_tokens += fed
-            elif step.kind == FINISH:
-                assert step.finish_reason is not None, "a finish step carries its reason"
-                yield from self._finish(step.finish_reason)
+            kind = judge(session, token, self)
+            if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
+                yield from self._drain()
+            if kind == FINISH:
                 return
-            else:
-                if self._pending:  # the rollback crops their columns with the rest
-                    self._pending = []
-                    self._verified()
-                if self.drafter is not None:
-                    self.drafter.rollback_to(len(self.prompt) + step.position)
-                self._rollback_to(step.position)
+            if kind == KEEP and self._feed is not None:
+                feed, self._feed = self._feed, None
+                self._fed(feed, (yield feed))
 
+    def _drain(self) -> Iterator[Event]:
+        out, self._out = self._out, []
+        yield from out
+
+    def _finished(self, reason: FinishReason) -> Iterator[Event]:
+        self.on_finish(reason)
+        yield from self._drain()
+
+    # -- the verdicts (guardrail.guard.verdict) ---------------------------------------------------------
+    def emit(self, events: Sequence[Event]) -> None:
+        self._out.extend(events)
+
+    def on_keep(self, token_id: int, position: int) -> None:
+        """Record the kept token; a verified draft supplies the logits of ``position``, else ask for a pass."""
+        logits = self.logits
+        if self.input_ids is not None:
+            self.input_ids[0, len(self.prompt) + position - 1] = token_id
+        frontier = self.session.frontier
+        for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
+            del logits[old]
+        if self.drafter is not None:
+            self.drafter.extend([token_id])
+        if self._pending and self._pending[0][0] == token_id:  # a verified draft: no forward pass
+            logits[position] = self._pending.pop(0)[1]
+            self.accepted_draft_tokens += 1
+            self._verifying[1] += 1
+            if not self._pending:
+                self._verified()
+            return
+        if self._pending:  # the pick differs from the draft: its column and the later ones go
+            self._pending = []
+            self._verified()
+            self._kv.rollback_to(len(self.prompt) + position - 1, self.prompt + list(self.session.token_ids))
+        self._feed = Feed([token_id, *self._drafts(position)])
+
+    def on_rollback(self, position: int) -> None:
+        """Crop the cache to ``prompt + position``, keep the logits of ``position`` (rollback costs no forward
+        pass) and drop later ones."""
+        if self._pending:  # the rollback crops their columns with the rest
+            self._pending = []
+            self._verified()
+        if self.drafter is not None:
+            self.drafter.rollback_to(len(self.prompt) + position)
+        kv = self._kv
+        keep = len(self.prompt) + position
+        for later in [p for p in self.logits if p > position]:
+            del self.logits[later]
+        if kv.length > keep:
+            kv.rollback_to(keep, self.prompt + list(self.session.token_ids))
+        if position not in self.logits:  # not expected (the frontier bounds rollbacks); recompute rather than fail
+            self.logits[position] = kv.reprefill(self.prompt + list(self.session.token_ids))
+
+    def on_finish(self, reason: FinishReason) -> None:
+        kv = self._kv
+        self._out.extend(self.session.finish(
+            reason, forward_passes=kv.forward_passes, reprefills=kv.reprefills, cached_tokens=self.cached_tokens,
+            draft_tokens=self.draft_tokens, accepted_draft_tokens=self.accepted_draft_tokens,
+            seconds=time.perf_counter() - self.started))
+
+    @property
+    def _kv(self) -> DecodeKV:
+        assert self.kv is not None, "steps() sets the cache"
+        return self.kv
+
+    def _fed(self, feed: Feed, out: torch.Tensor) -> None:
+        """The engine ran ``feed`` (maybe fewer drafts): keep the logits of the kept token, hold the drafts'."""
+        position = self.session.position
+        fed = len(out) - 1
+        self.logits[position] = out[0:1]
+        if fed:
+            drafts = feed.tokens[1:]
+            self._pending = [(drafts[i], out[i + 1:i + 2]) for i in range(fed)]
+            self._verifying = [fed, 0]
+            self.draft_tokens += fed
+
+    # -- speculative decoding ----------------------------------------------------------------------------
     def _drafts(self, position: int) -> list[int]:
         """Tokens to verify after the one being fed: as many of the drafter's as pay off (:func:`draft_width`),
         never past ``max_tokens``."""
@@ -287,6 +393,7 @@ class _Generation:
             self.acceptance += ACCEPTANCE_SMOOTHING * (accepted / fed - self.acceptance)
         self._verifying = [0, 0]
 
+    # -- one pick ------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _pick(self) -> int | None:
         return self.picker.pick(self._scores())
@@ -310,21 +417,3 @@ class _Generation:
             assert prefix is not None, "input_ids is allocated whenever there are warpers"
             scores = self.warpers(prefix, scores)
         return scores
-
-    def _rollback_to(self, tokens: int) -> None:
-        """The session went back to ``tokens`` completion tokens: crop the cache, keep the logits of
-        ``tokens`` (rollback costs no forward pass) and drop later ones."""
-        keep = len(self.prompt) + tokens
-        for position in [p for p in self.logits if p > tokens]:
-            del self.logits[position]
-        if self.kv.length > keep:
-            self.kv.rollback_to(keep, self.prompt + list(self.session.token_ids))
-        if tokens not in self.logits:  # not expected (the frontier bounds rollbacks); recompute rather than fail
-            self.logits[tokens] = self.kv.reprefill(self.prompt + list(self.session.token_ids))
-
-    def _finish(self, reason: FinishReason) -> Iterator[Event]:
-        yield from self.session.finish(reason, forward_passes=self.kv.forward_passes,
-                                       reprefills=self.kv.reprefills, cached_tokens=self.cached_tokens,
-                                       draft_tokens=self.draft_tokens,
-                                       accepted_draft_tokens=self.accepted_draft_tokens,
-                                       seconds=time.perf_counter() - self.started)

@@ -2,12 +2,12 @@
 
 For people who hold their own model and keep calling ``generate``::
 
-    processor = GuardLogitsProcessor(artefact, vocab)
+    processor = MaskOnlyLogitsProcessor(artefact, vocab)
     out = model.generate(input_ids, logits_processor=[processor], max_new_tokens=64)
 
-Each row of the batch has its own :class:`~guardrail.guard.session.GuardSession`; every call advances it by
-the token ``generate`` appended (:meth:`GuardSession.advance`) and sets ``-inf`` at
-:meth:`GuardSession.mask_ids`: the always-banned ids, every token that would complete a term from the row's
+Each row of the batch has its own :class:`~guardrail.guard.session.MaskSession`; every call advances it by
+the token ``generate`` appended (:meth:`MaskSession.advance`) and sets ``-inf`` at
+:meth:`MaskSession.mask_ids`: the always-banned ids, every token that would complete a term from the row's
 matcher state (the mask primitive), and the EOS ids when ending the text there would complete a word term.
 
 What mask-only guarantees, and what it cannot (the full rollback decoder,
@@ -20,7 +20,7 @@ limits):
 * **After the fact**: a ``word`` term is only complete once its right boundary is known, i.e. on the *next*
   token (" cat" is a match only if a non-letter follows). The processor masks every token that would close
   the word there, and EOS, but ``max_new_tokens`` (or a stop criterion) can still end the text right after
-  the word: the term then stands at the very end. :meth:`GuardLogitsProcessor.missed` (given ``generate``'s
+  the word: the term then stands at the very end. :meth:`MaskOnlyLogitsProcessor.missed` (given ``generate``'s
   output) reports such hits per row; nothing can take the text back.
 * **Glued and misspelled forms**: masking only the completing tokens leaves the term's beginning in the text,
   so the model continues it some other way — " cat" + "s", "Thank" + "you", "sorr" + "y" — the glued evasions
@@ -42,13 +42,13 @@ from typing import cast
 import torch
 from transformers import LogitsProcessor
 
-from guardrail.guard.session import GuardSession
+from guardrail.guard.session import MaskSession
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit
 from guardrail.matching.vocab import TokenVocab
 
 
-class GuardLogitsProcessor(LogitsProcessor):
+class MaskOnlyLogitsProcessor(LogitsProcessor):
     """Mask the tokens that would complete a banned term, row by row (mask-only: see the module docstring).
 
     Args:
@@ -63,7 +63,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         sessions: one guard session per row of the current ``generate`` call (empty before the first call).
 
     Example:
-        >>> processor = GuardLogitsProcessor(artefact, vocab)
+        >>> processor = MaskOnlyLogitsProcessor(artefact, vocab)
         >>> out = model.generate(ids, logits_processor=[processor], do_sample=False, max_new_tokens=32)
         >>> processor.missed(out)   # per row: terms completed after the fact (the text ended on a pending word)
     """
@@ -74,7 +74,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         self.artefact = artefact
         self.vocab = vocab
         self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
-        self.sessions: list[GuardSession] = []
+        self.sessions: list[MaskSession] = []
         self._done: list[bool] = []
         self._previous: torch.Tensor | None = None  # input_ids of the previous call
         self._ended = False  # missed(sequences) checked the end of the text
@@ -98,7 +98,7 @@ class GuardLogitsProcessor(LogitsProcessor):
                     self._done[row] = token in self.eos_ids
                     session.advance(token)
                 if not self._done[row]:
-                    session.text_ends()
+                    session.end_of_text()
                     self._done[row] = True
         return [list(s.missed) for s in self.sessions]
 
@@ -144,12 +144,12 @@ class GuardLogitsProcessor(LogitsProcessor):
             return True
         rows = {tuple(r) for r in previous.tolist()}
         if all(tuple(r) in rows for r in input_ids[:, :-1].tolist()):
-            raise ValueError("GuardLogitsProcessor: rows were reordered between steps (beam search is not supported;"
+            raise ValueError("MaskOnlyLogitsProcessor: rows were reordered between steps (beam search is not supported;"
                              " use num_beams=1)")
         return False
 
     def _start(self, batch: int, num_logits: int) -> None:
-        self.sessions = [GuardSession(self.artefact, self.vocab, eos_ids=self.eos_ids, num_logits=num_logits)
+        self.sessions = [MaskSession(self.artefact, self.vocab, eos_ids=self.eos_ids, num_logits=num_logits)
                          for _ in range(batch)]
         self._done = [False] * batch
         self._ended = False

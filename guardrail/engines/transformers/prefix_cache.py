@@ -20,11 +20,11 @@ differs), as the batched decode itself does (docs/design.md §7.1).
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from cachetools import LRUCache
 
 #: Tokens per block: the granularity of a match. Smaller blocks reuse more of a partly shared head and cost
 #: more index keys per entry; 8 keeps a 2,048-token prompt at 256 keys.
@@ -68,6 +68,20 @@ def block_hashes(token_ids: Sequence[int]) -> list[int]:
     return hashes
 
 
+class _Entries(LRUCache[int, _Entry]):
+    """Entries by ``id``, sized by their bytes; the least recently used go first and are unindexed
+    (``on_evict``). Reading an entry (``entries[key]``) makes it the most recently used."""
+
+    def __init__(self, max_bytes: int, on_evict: Callable[[_Entry], None]):
+        super().__init__(max_bytes, getsizeof=lambda entry: entry.nbytes)
+        self._on_evict = on_evict
+
+    def popitem(self) -> tuple[int, _Entry]:
+        key, entry = super().popitem()
+        self._on_evict(entry)
+        return key, entry
+
+
 class PrefixCache:
     """Prompt heads' KV caches, least recently used out (see the module docstring).
 
@@ -86,9 +100,8 @@ class PrefixCache:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
-        self.nbytes = 0
         self.queries = self.hits = self.cached_tokens = 0
-        self._entries: collections.OrderedDict[int, _Entry] = collections.OrderedDict()  # by id, LRU order
+        self._entries = _Entries(max_bytes, self._unindex)
         # block-prefix hash -> an entry holding that prefix (the latest inserted; an evicted entry's prefixes
         # are found again once a prompt holding them is inserted again)
         self._index: dict[int, _Entry] = {}
@@ -96,6 +109,11 @@ class PrefixCache:
     def __len__(self) -> int:
         """Entries held."""
         return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cached tensors."""
+        return int(self._entries.currsize)
 
     def match(self, token_ids: Sequence[int]) -> CachedPrefix | None:
         """The longest cached head of ``token_ids`` that leaves at least one token to prefill, or ``None``."""
@@ -106,7 +124,7 @@ class PrefixCache:
             length = blocks * BLOCK_TOKENS
             if entry is None or entry.tokens[:length] != tuple(token_ids[:length]):
                 continue
-            self._entries.move_to_end(id(entry))
+            self._entries[id(entry)]  # noqa: B018 - a read makes it the most recently used
             self.hits += 1
             self.cached_tokens += length
             return CachedPrefix(length, [(k[:, :, :length], v[:, :, :length]) for k, v in entry.layers])
@@ -126,23 +144,18 @@ class PrefixCache:
         hashes = block_hashes(token_ids[:length])
         held = self._index.get(hashes[-1])
         if held is not None and held.tokens[:length] == tuple(token_ids[:length]):
-            self._entries.move_to_end(id(held))
+            self._entries[id(held)]  # noqa: B018 - a read makes it the most recently used
             return
         copied = [(k[:, :, :length].clone(), v[:, :, :length].clone()) for k, v in layers]
         nbytes = sum(k.nbytes + v.nbytes for k, v in copied)
         if nbytes > self.max_bytes:
             return
         entry = _Entry(tuple(int(t) for t in token_ids[:length]), copied, hashes, nbytes)
-        self._entries[id(entry)] = entry
+        self._entries[id(entry)] = entry  # evicts the least recently used past the budget first
         for value in hashes:
             self._index[value] = entry
-        self.nbytes += nbytes
-        while self.nbytes > self.max_bytes:
-            self._evict()
 
-    def _evict(self) -> None:
-        _, entry = self._entries.popitem(last=False)
-        self.nbytes -= entry.nbytes
+    def _unindex(self, entry: _Entry) -> None:
         for value in entry.hashes:
             if self._index.get(value) is entry:
                 del self._index[value]
@@ -151,4 +164,3 @@ class PrefixCache:
         """Drop every entry (counters are kept)."""
         self._entries.clear()
         self._index.clear()
-        self.nbytes = 0

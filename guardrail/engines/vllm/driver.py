@@ -9,7 +9,7 @@ request and submits ``prompt + the p kept tokens`` again (a ``TokensPrompt``) wi
         keep      -> forward the released text (hold-back: never a term, never a retracted fragment)
         rollback  -> abort the vLLM request; add prompt + kept tokens, extra_args["guardrail"]["bans"] =
                      {0: the bans of p} (the logits processor masks them, with the always-banned ids:
-                     GuardSession.standing_ids(), which holds the escalated terms' too — evasion guard)
+                     GuardSession.always_banned, which holds the escalated terms' too — evasion guard)
         finish    -> GuardSession.finish(reason); abort the vLLM request if it still runs
 
 With prefix caching, the resubmission's prompt is served from the KV blocks the aborted request filled: only
@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
-from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
+from guardrail.guard.session import GuardSession
+from guardrail.guard.verdict import KEEP, judge, judge_end
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -78,8 +79,8 @@ class _Job:
         self.params = params
         self.session = session
         self.guard = guard
-        # session.standing_ids() that guard.banned_ids holds (the artefact's always-banned ids at first).
-        self.standing = session.standing_ids()
+        # session.always_banned that guard.banned_ids holds (the artefact's at first; escalations add theirs).
+        self.always_banned = session.always_banned
         self.cancel = cancel
         self.closed = threading.Event()  # the caller stopped reading
         self.events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
@@ -91,6 +92,31 @@ class _Job:
         self.steps = 0
         self.done = False
         self.started = time.perf_counter()
+
+
+class _JobVerdicts:
+    """The driver's :class:`~guardrail.guard.verdict.VerdictHandler` for one job: a rollback resubmits
+    ``prompt + kept tokens`` with the bans of the target position, a finish ends the job; a keep needs
+    nothing (vLLM decodes on)."""
+
+    __slots__ = ("driver", "job")
+
+    def __init__(self, driver: VLLMDriver, job: _Job):
+        self.driver = driver
+        self.job = job
+
+    def emit(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self.job.events.put(event)
+
+    def on_keep(self, token_id: int, position: int) -> None:
+        pass
+
+    def on_rollback(self, position: int) -> None:
+        self.driver._resubmit(self.job)
+
+    def on_finish(self, reason: FinishReason) -> None:
+        self.driver._finish(self.job, reason)
 
 
 class VLLMDriver:
@@ -170,8 +196,8 @@ class VLLMDriver:
         from guardrail.wordlists.wordlist import wordlist_from_terms
 
         stored = select_wordlists(wordlists)
-        own = [wordlist_from_terms(banned_terms)] if banned_terms else []
-        if not any(wl.terms for wl in (*stored, *own)):
+        request_lists = [wordlist_from_terms(banned_terms)] if banned_terms else []
+        if not any(wl.terms for wl in (*stored, *request_lists)):
             return None
         if self._cache is None:
             from guardrail.matching.cache import ArtefactCache
@@ -179,7 +205,7 @@ class VLLMDriver:
 
             self._cache = ArtefactCache(cache_dir=cache_dir())
         # The request's own terms compile apart in milliseconds (no vocab sweep) and combine with the lists.
-        return self._cache.get_with_request(self.vocab, stored, own)
+        return self._cache.get_with_request(self.vocab, stored, request_lists)
 
     def stream(self, prompt_ids: Sequence[int], *, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
                artefact: ArtefactLike | None = None, params: SamplingParams | None = None,
@@ -221,11 +247,8 @@ class VLLMDriver:
         # The engine masks the artefact's always-banned ids and the position bans; the session catches hits.
         guard = GuardArgs(banned_ids=tuple(int(t) for t in artefact.always_banned), mask="bans") \
             if artefact is not None else None
-        session = GuardSession(artefact, self.vocab, eos_ids=params.end_ids(self.eos_ids), stop=params.stop,
-                               max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
-                               max_rollbacks_per_position=params.max_rollbacks_per_position,
-                               num_logits=self.num_logits, prompt_tokens=len(prompt),
-                               evasion_guard=params.evasion_guard)
+        session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
+                                           num_logits=self.num_logits, prompt_tokens=len(prompt))
         if self._error is not None:
             raise RuntimeError("the vLLM engine thread failed") from self._error
         job = _Job(next(self._ids), prompt, params, session, guard, cancel)
@@ -325,10 +348,10 @@ class VLLMDriver:
         extra_args = None
         if job.guard is not None:
             bans = session.bans.banned(position)
-            standing = session.standing_ids()
-            if standing is not job.standing:  # an escalated term (evasion guard) started or was dropped
-                job.standing = standing
-                job.guard = replace(job.guard, banned_ids=tuple(int(t) for t in standing))
+            always_banned = session.always_banned
+            if always_banned is not job.always_banned:  # an escalated term (evasion guard) started or was dropped
+                job.always_banned = always_banned
+                job.guard = replace(job.guard, banned_ids=tuple(int(t) for t in always_banned))
             guard = replace(job.guard, bans={0: tuple(sorted(bans))} if bans else {}, resume_tokens=position)
             extra_args = guard.to_extra_args()
         seed = params.seed if params.seed is None or not job.submissions else params.seed + job.submissions
@@ -354,28 +377,14 @@ class VLLMDriver:
             job.cached_for = output.request_id
             job.cached_tokens += output.num_cached_tokens or 0
         job.steps += 1
-        completion = output.outputs[0]
-        session = job.session
-        for token in completion.token_ids:
-            step = session.accept(int(token))
-            self._put(job, step.events)
-            if step.kind == ROLLBACK:
-                self._resubmit(job)
-                return
-            if step.kind == FINISH:
-                assert step.finish_reason is not None, "a finish step carries its reason"
-                self._finish(job, step.finish_reason)
+        verdicts = _JobVerdicts(self, job)
+        for token in output.outputs[0].token_ids:
+            if judge(job.session, int(token), verdicts) != KEEP:  # resubmitted or finished
                 return
         if output.finished:
             # vLLM ended the text where the session did not (its max_model_len): the end-of-text rule applies.
             self._retire(job)
-            step = session.end_of_text("length")
-            self._put(job, step.events)
-            if step.kind == ROLLBACK:
-                self._resubmit(job)
-            else:
-                assert step.finish_reason is not None, "end_of_text rolls back or finishes with a reason"
-                self._finish(job, step.finish_reason)
+            judge_end(job.session, verdicts, "length")
 
     def _put(self, job: _Job, events: Sequence[Event]) -> None:
         for event in events:

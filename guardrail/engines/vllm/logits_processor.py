@@ -21,12 +21,12 @@ Per-request arguments (``extra_args={"guardrail": {...}}``; ``vllm_xargs`` on vL
                    hits itself and passes its artefact's always-banned ids here)
 
 What it guarantees (``mask="completing"``): at every step the ids that would complete a banned term from
-the request's current matcher state are masked (:meth:`GuardSession.mask_ids`, the mask primitive), and
+the request's current matcher state are masked (:meth:`MaskSession.mask_ids`, the mask primitive), and
 EOS too when ending the text there would complete a ``word`` term. That stops every term that a single
 token completes, in any tokenization — but it cannot take back text: a term whose beginning is already out
 is steered around, not removed (the model may glue or misspell it, "sorryfor"), a text cut by
 ``max_tokens`` may end on a pending ``word`` term, and a row whose every candidate is masked still yields
-a token. Such after-the-fact matches are counted in the session (``GuardSession.missed``). The full
+a token. Such after-the-fact matches are counted in the session (``MaskSession.missed``). The full
 guarantee (no term in any chunk, rollback to the term's start) needs the driver.
 
 Registered under the entry-point group ``vllm.logits_processors`` (pyproject.toml), which vLLM loads into
@@ -37,18 +37,18 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
+from cachetools import LRUCache
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from guardrail.guard.session import GuardSession
+from guardrail.guard.session import MaskSession
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.vocab import TokenVocab
 
@@ -195,7 +195,7 @@ class _Row:
 
     __slots__ = ("output_ids", "session", "pushed", "always", "bans")
 
-    def __init__(self, output_ids: list[int], session: GuardSession | None, always: np.ndarray,
+    def __init__(self, output_ids: list[int], session: MaskSession | None, always: np.ndarray,
                  bans: dict[int, np.ndarray]):
         self.output_ids = output_ids
         self.session = session
@@ -250,7 +250,8 @@ class GuardLogitsProcessor(LogitsProcessor):
         self._index_arrays: list = []  # keeps those arrays alive, so that their ids stay theirs
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
-        self._artefacts: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = OrderedDict()
+        # guarded by _lock
+        self._artefacts: LRUCache[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = LRUCache(ARTEFACT_LIMIT)
         self._cache: ArtefactCache | None = None
         self._lock = threading.Lock()
 
@@ -313,7 +314,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         session = None
         always = _NO_IDS
         if artefact is not None and args.mask == "completing":
-            session = GuardSession(artefact, vocab, eos_ids=self._eos_ids, num_logits=self._num_logits)
+            session = MaskSession(artefact, vocab, eos_ids=self._eos_ids, num_logits=self._num_logits)
             resumed = (prompt_ids or [])[len(prompt_ids or []) - args.resume_tokens:] if args.resume_tokens else []
             for token in resumed:
                 session.advance(token)
@@ -333,9 +334,8 @@ class GuardLogitsProcessor(LogitsProcessor):
     def _artefact(self, args: GuardArgs) -> Artefact:
         key = (args.wordlists, tuple(sorted(set(args.banned_terms))))
         with self._lock:
-            found = self._artefacts.get(key)
+            found = self._artefacts.get(key)  # a hit becomes the most recently used
             if found is not None:
-                self._artefacts.move_to_end(key)
                 return found
         from guardrail.matching.cache import ArtefactCache
         from guardrail.models import cache_dir
@@ -346,6 +346,4 @@ class GuardLogitsProcessor(LogitsProcessor):
         artefact, _ = self._cache.get(self._load_vocab(), select_wordlists(args.wordlists, args.banned_terms))
         with self._lock:
             self._artefacts[key] = artefact
-            while len(self._artefacts) > ARTEFACT_LIMIT:
-                self._artefacts.popitem(last=False)
         return artefact
