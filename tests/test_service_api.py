@@ -166,7 +166,7 @@ def test_check_of_a_clean_text_is_not_flagged(service):
         ({"n": 99}, 400, "n"),
         ({"logit_bias": {"99999999": 5}}, 400, "logit_bias"),
         ({"logit_bias": {"12": 500}}, 400, "logit_bias.12"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+        ({"tool_choice": "required"}, 400, "tool_choice"),  # a tool call asked for, no tools given
         ({"presence_penalty": 3.0}, 400, "presence_penalty"),
         ({"extra_body": {"wordlists": ["no-such-list"]}}, 404, "wordlists"),
         ({"extra_body": {"banned_terms": ["ok", "..."]}}, 400, "banned_terms.1"),
