@@ -160,3 +160,10 @@ def test_obfuscation_parse_round_trips():
     for setting in LEVELS:
         assert str(Obfuscation.parse(setting)) == setting
     assert Obfuscation.parse(" Masked+Markup ") == DEFAULT_OBFUSCATION
+
+
+@pytest.mark.parametrize("text", ["Tom &amp Jerry", "a &foo; b", "&#x z", "&& ", "&" * 50, "&amp " * 20])
+def test_an_ampersand_that_opens_no_reference_is_read_as_text(text):
+    matcher = TextMatcher([EN], obfuscation=DEFAULT_OBFUSCATION)
+    assert matcher.scan(text) == []
+    assert [m.term for m in matcher.scan(text + " and f.u.c.k")] == ["fuck"]  # and the view reads on after it

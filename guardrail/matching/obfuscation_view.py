@@ -115,8 +115,10 @@ class View:
                     return state._replace(markup=markup)
             if len(data) < MAX_REFERENCE_CHARS and char.isascii() and (char.isalnum() or (char == "#" and not data)):
                 return state._replace(markup=(_AMP, data + char, after_word))
-            state = state._replace(markup=(_TEXT, "", after_word))
-            for c in "&" + data:
+            # Not a character reference: the "&" is text. It is emitted here, not read again (read again it
+            # would open the same reference and fail on the same character, forever); what followed it is read.
+            state = self._after_markup(state, (_TEXT, "", False), "&", out)
+            for c in data:
                 state = self.step(state, c, out)
             return self.step(state, char, out)
         if kind == _EMPH1:
