@@ -49,6 +49,34 @@ class EngineHealth:
     detail: str = ""
 
 
+def check_request(prompt_ids: Sequence[int], params: SamplingParams, *, num_logits: int, max_model_len: int,
+                  unsupported: Sequence[str], engine: str) -> list[int]:
+    """Check a request before an engine takes it; returns the prompt as a list of ints.
+
+    Args:
+        unsupported: :class:`SamplingParams` fields the engine does not implement (set to a non-default value
+            they are refused); ``engine`` names it in the message.
+
+    Raises:
+        ValueError: an empty prompt, a token id outside ``[0, num_logits)``, a prompt of ``max_model_len`` tokens
+            or more, an unsupported parameter (named), or a parameter's token id outside the vocab.
+    """
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("prompt_ids must not be empty")
+    bad = [t for t in prompt if not 0 <= t < num_logits]
+    if bad:
+        raise ValueError(f"prompt_ids: token ids must be in [0, {num_logits}), got {bad[:10]}")
+    if len(prompt) >= max_model_len:
+        raise ValueError(f"prompt_ids: {len(prompt)} tokens, the {engine}'s max_model_len is {max_model_len}")
+    defaults = SamplingParams()
+    refused = [name for name in unsupported if getattr(params, name) != getattr(defaults, name)]
+    if refused:
+        raise ValueError(f"not supported on the {engine}: {refused}")
+    params.check_vocab(num_logits)
+    return prompt
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A generation engine behind the service.

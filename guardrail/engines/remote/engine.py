@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from guardrail.engines.base import EngineHealth, EngineUnavailable
+from guardrail.engines.base import EngineHealth, EngineUnavailable, check_request
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 from guardrail.engines.remote.upstream import UpstreamInfo, check_upstream
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
@@ -158,19 +158,8 @@ class RemoteEngine:
             RuntimeError: from the iterator: the upstream failed midway (:class:`UpstreamError`, or the
                 connection broke).
         """
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("prompt_ids must not be empty")
-        bad = [t for t in prompt if not 0 <= t < self.num_logits]
-        if bad:
-            raise ValueError(f"prompt_ids: token ids must be in [0, {self.num_logits}), got {bad[:10]}")
-        if len(prompt) >= self.context_length:
-            raise ValueError(f"prompt_ids: {len(prompt)} tokens, the upstream's max_model_len is {self.context_length}")
-        defaults = SamplingParams()
-        unsupported = [name for name in UNSUPPORTED if getattr(params, name) != getattr(defaults, name)]
-        if unsupported:
-            raise ValueError(f"not supported on the remote engine: {unsupported}")
-        params.check_vocab(self.num_logits)
+        prompt = check_request(prompt_ids, params, num_logits=self.num_logits, max_model_len=self.context_length,
+                               unsupported=UNSUPPORTED, engine="remote engine")
         if not self._health.ok:
             raise EngineUnavailable(f"the upstream is down ({self._health.detail})", self._retry_after_s)
         session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,

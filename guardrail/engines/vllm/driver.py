@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guardrail.engines.base import check_request
 from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import GuardSession
@@ -227,19 +228,8 @@ class VLLMDriver:
             RuntimeError: from the iterator, if the engine thread failed.
         """
         params = SamplingParams() if params is None else params
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("prompt_ids must not be empty")
-        bad = [t for t in prompt if not 0 <= t < self.num_logits]
-        if bad:
-            raise ValueError(f"prompt_ids: token ids must be in [0, {self.num_logits}), got {bad[:10]}")
-        if len(prompt) >= self.max_model_len:
-            raise ValueError(f"prompt_ids: {len(prompt)} tokens, the engine's max_model_len is {self.max_model_len}")
-        defaults = SamplingParams()
-        unsupported = [name for name in UNSUPPORTED if getattr(params, name) != getattr(defaults, name)]
-        if unsupported:
-            raise ValueError(f"not supported on the vLLM engine: {unsupported}")
-        params.check_vocab(self.num_logits)
+        prompt = check_request(prompt_ids, params, num_logits=self.num_logits, max_model_len=self.max_model_len,
+                               unsupported=UNSUPPORTED, engine="vLLM engine")
         if artefact is None:
             artefact = self.artefact(wordlists, banned_terms)
         elif wordlists or banned_terms:
