@@ -66,11 +66,11 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS) requirements-models.
 
 vllm-install: $(VLLM_VENV)/.installed
 
-# The vLLM tests (tests/vllm_engine/, skipped by `make test` where vllm is missing). nobind: vLLM's CPU backend
+# The vLLM tests (tests/engines/vllm/, skipped by `make test` where vllm is missing). nobind: vLLM's CPU backend
 # pins OpenMP threads to cores by default, which stalls decoding on shared cores (docs/vllm.md).
-# Then the gateway (tests/gateway/, docs/engines.md): the service from .venv in front of vLLM's own OpenAI
+# Then the gateway (tests/engines/remote/gateway/, docs/engines.md): the service from .venv in front of vLLM's own OpenAI
 # server started from .venv-vllm; skipped by `make test` (GUARDRAIL_VLLM_PYTHON unset there).
 vllm-test: vllm-install install
-	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} $(VLLM_BIN)/python -m pytest -q tests/vllm_engine $(PYTEST_ARGS)
+	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} $(VLLM_BIN)/python -m pytest -q tests/engines/vllm $(PYTEST_ARGS)
 	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} GUARDRAIL_VLLM_PYTHON=$(abspath $(VLLM_BIN))/python \
-		$(BIN)/python -m pytest -q tests/gateway $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -q tests/engines/remote/gateway $(PYTEST_ARGS)

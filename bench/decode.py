@@ -351,8 +351,8 @@ def bench_evasions(decoder, tokenizer, max_tokens, seeds=EVASION_SEEDS):
     temperature 1.0 for each of ``seeds`` (see the module docstring).
 
     A generation with no rollback with the guard off is the same with it on (nothing escalates before a
-    rollback, and the picks are the same: ``tests/test_decoder_evasion.py`` checks it), so it is decoded once
-    and counted for both modes."""
+    rollback, and the picks are the same: ``tests/engines/transformers/test_decoder_evasion.py`` checks it), so
+    it is decoded once and counted for both modes."""
     cases = json.loads((ROOT / "tests" / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
     lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
     specs, _ = flatten(lists)

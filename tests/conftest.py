@@ -31,11 +31,11 @@ from guardrail.models import load_model, load_tokenizer  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
-# The service's server fixtures (`service`, `openai_client`), shared by the tests/test_service_*.py modules.
+# The service's server fixtures (`service`, `openai_client`), shared by the tests/service/ modules.
 pytest_plugins = ["helpers.service_fixtures"]
 
 # Fixtures that load model weights (see the module's docstring): a test using any of them is marked slow.
-# driver and run_plain_vllm: the vLLM engine on SmolLM2, in this process or another (tests/vllm_engine/).
+# driver and run_plain_vllm: the vLLM engine on SmolLM2, in this process or another (tests/engines/vllm/).
 MODEL_FIXTURES = frozenset({"smollm2_model", "smollm2_decoder", "gemma3_model", "service", "openai_client", "driver", "run_plain_vllm"})
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import replace
-from typing import Literal, get_args
 
 import numpy as np
 from cachetools import LRUCache
@@ -37,16 +36,9 @@ from guardrail.matching.artefact import Artefact
 from guardrail.matching.term_spec import AllowSpec, TermSpec, term_spec
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.vocab import TokenVocab
+from guardrail.params import EvasionGuard
 from guardrail.wordlists.wordlist import MatchMode, Term
 
-#: ``off``: terms keep their own match mode; ``substring``: a term that caused a rollback is also matched
-#: as a substring (glued and underscore-joined forms) from where it began; ``edit``: also one edit of
-#: tolerance for terms of :data:`MIN_EDIT_CHARS` letters or more (misspelled forms: "SOORY", "WELCOM").
-EvasionGuard = Literal["off", "substring", "edit"]
-EVASION_GUARD_MODES: tuple[str, ...] = get_args(EvasionGuard)
-#: On by default: on the leak suite it removes the glued and underscore-joined forms at no cost for requests
-#: that never hit (docs/design.md §5, bench/decode.py ``evasion``).
-DEFAULT_EVASION_GUARD: EvasionGuard = "substring"
 #: Terms with fewer letters and digits are not escalated: as substrings they hide in innocent words
 #: ("no" in "not", "ass" in "class"); the whole-word rule keeps applying to them.
 MIN_ESCALATION_CHARS = 4
@@ -61,17 +53,6 @@ MAX_EDIT_CHARS = 32
 _EDIT_WILDCARD = "[^ ]"
 #: Compiled escalation artefacts kept per process (one per distinct term, case rule and allow-term set).
 ESCALATION_CACHE_SIZE = 256
-
-
-def check_evasion_guard(value: object) -> EvasionGuard:
-    """``value`` as an :data:`EvasionGuard` mode.
-
-    Raises:
-        ValueError: not one of :data:`EVASION_GUARD_MODES` (the message names ``evasion_guard``).
-    """
-    if value not in EVASION_GUARD_MODES:
-        raise ValueError(f"evasion_guard must be one of {list(EVASION_GUARD_MODES)}, got {value!r}")
-    return value  # type: ignore[return-value]  # checked against the Literal's values just above
 
 
 def _letters(text: str) -> str:

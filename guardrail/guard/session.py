@@ -44,21 +44,14 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from guardrail.guard.bans import PositionBans
-from guardrail.guard.escalation import (
-    DEFAULT_EVASION_GUARD,
-    ESCALATION_ARTEFACTS,
-    Escalation,
-    EvasionGuard,
-    check_evasion_guard,
-    escalation_terms,
-)
+from guardrail.guard.escalation import ESCALATION_ARTEFACTS, Escalation, escalation_terms
 from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.guard.holdback import TextBuffer
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.token_text import token_set
 from guardrail.matching.vocab import TokenVocab
-from guardrail.params import SamplingParams
+from guardrail.params import DEFAULT_EVASION_GUARD, EvasionGuard, SamplingParams, check_evasion_guard
 
 #: ``Hit.term_id`` of a stop-string cut whose text could not be checked (see ``GuardSession._probe_cut``).
 UNCHECKED_CUT = -1

@@ -1,7 +1,7 @@
 """Regenerate the committed JSON schemas of the prometheus-operator resources the chart renders.
 
 kubernetes-validate ships schemas for built-in kinds only, so the ServiceMonitor and PrometheusRule
-the chart renders are validated against these files instead (tests/test_helm.py). They are derived from
+the chart renders are validated against these files instead (tests/helm/test_helm.py). They are derived from
 the pydantic models that ``cloudcoil.models.prometheus_operator`` generates from the upstream CRDs
 (prometheus-operator v0.80.1), then made strict the way ``kubernetes-validate --strict`` is: every
 object that lists its properties rejects unknown ones.

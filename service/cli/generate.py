@@ -14,7 +14,7 @@ import dataclasses
 import json
 import sys
 
-from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EVASION_GUARD_MODES
+from guardrail.params import DEFAULT_EVASION_GUARD, EVASION_GUARD_MODES
 from service.cli.main import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from guardrail.guard.escalation import EVASION_GUARD_MODES
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
+from guardrail.params import EVASION_GUARD_MODES
 from guardrail.wordlists.selection import split_names
 
 

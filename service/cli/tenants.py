@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from guardrail.guard.escalation import EVASION_GUARD_MODES
+from guardrail.params import EVASION_GUARD_MODES
 
 _DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from guardrail.guard.escalation import EvasionGuard
+from guardrail.params import EvasionGuard
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 

@@ -18,8 +18,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from guardrail.guard.escalation import EVASION_GUARD_MODES, EvasionGuard
 from guardrail.matching.obfuscation import OBFUSCATION_PATTERN
+from guardrail.params import EVASION_GUARD_MODES, EvasionGuard
 from guardrail.wordlists.obfuscation import Obfuscation
 from service.stores.store import NAME_PATTERN
 

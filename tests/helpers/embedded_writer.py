@@ -1,4 +1,4 @@
-"""A process of its own over an embedded store, for tests/test_embedded_store_durability.py.
+"""A process of its own over an embedded store, for tests/service/test_embedded_store_durability.py.
 
 ``python -m helpers.embedded_writer DATA_DIR hold`` (from tests/): open the store, print ``ready <pid>``, keep it
 open until stdin closes. ``... DATA_DIR loop ROUND``: open the store, print ``ready <pid>``, then write

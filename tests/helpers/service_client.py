@@ -1,4 +1,4 @@
-"""Requests and answers as the service tests make and read them (shared by tests/test_service_*.py)."""
+"""Requests and answers as the service tests make and read them (shared by tests/service/)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Token-level drivers of the compiled automaton, shared by tests/test_compiler_tokens.py and
-tests/test_regex_tokens.py: encodings (canonical and split), the first hit, the hold-back property."""
+"""Token-level drivers of the compiled automaton, shared by tests/matching/test_compiler_tokens.py and
+tests/matching/test_regex_tokens.py: encodings (canonical and split), the first hit, the hold-back property."""
 
 from __future__ import annotations
 

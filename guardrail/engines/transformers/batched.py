@@ -22,7 +22,7 @@ event and kept logits), unchanged: the row drives :meth:`Generation.steps` and r
 
 Events come out per request (``(request, event)`` pairs), the same TextDelta / Rollback / Finish sequence the
 single-stream decoder yields for that request: greedy rows give the same tokens (tested,
-tests/test_batching.py), sampled rows the same draws for the same seed (own generator per row).
+tests/engines/transformers/test_batching.py), sampled rows the same draws for the same seed (own generator per row).
 
 Models whose cache has sliding-window layers (Gemma 3) fall back to batch-1: requests run one after another
 through ``StreamingDecoder.stream`` (see :mod:`guardrail.engines.transformers.batch_cache` for why), and

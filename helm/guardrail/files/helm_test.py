@@ -1,6 +1,6 @@
 """``helm test``: the release answers ``GET /readyz`` and ``POST /v1/check`` through its Service.
 
-Runs in the test pod with the standard library only (the guardrail image's Python); tests/test_helm.py runs
+Runs in the test pod with the standard library only (the guardrail image's Python); tests/helm/test_helm.py runs
 the same file against a live service. Environment: GUARDRAIL_URL (the Service's base URL), GUARDRAIL_WORDLISTS
 (the release's default lists, comma-separated), GUARDRAIL_API_KEYS (optional: the first key is sent).
 Exits 1 naming every failed check.

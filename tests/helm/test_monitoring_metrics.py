@@ -14,15 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from helpers.paths import ROOT
 from helpers.service import free_port
 from helpers.wait import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
 ALERTS = ROOT / "helm" / "guardrail" / "files" / "alerts.yaml"
 DASHBOARD = ROOT / "helm" / "guardrail" / "files" / "dashboards" / "guardrail.json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"

@@ -1,22 +1,21 @@
 """The logits-processor plugin alone (mask-only), as plain vLLM users get it: loaded by entry point, guarded
 per request through ``SamplingParams.extra_args``."""
 
-import json
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
 # Not plain "vllm": without vLLM installed, this very directory would import as a namespace package.
 pytest.importorskip("vllm.v1.sample.logits_processor")
 
+from helpers.paths import load_data
 from vllm import SamplingParams  # noqa: E402
 
 from guardrail.engines.vllm.logits_processor import GuardArgs, GuardLogitsProcessor, parse_guard_args  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
 
-LEAKS = json.loads((Path(__file__).parent.parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+LEAKS = load_data("leak_prompts.json")
 #: Leak-suite terms that SmolLM2 says in one token (" sorry", " blue"...): the mask alone must stop them.
 SINGLE_TOKEN = ("sorry", "blue", "cold", "teacher", "mice", "January", "oxygen", "Paris", "listen", "please")
 CASES = [case for case in LEAKS if case["term"] in SINGLE_TOKEN]

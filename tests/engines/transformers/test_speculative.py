@@ -8,9 +8,9 @@ accepted drafts.
 """
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import DATA
 from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.drafting import SpeculativeConfig
@@ -24,7 +24,6 @@ from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).parent / "data"
 LEAKS = json.loads((DATA / "leak_prompts.json").read_text(encoding="utf-8"))
 REPETITIVE = json.loads((DATA / "repetitive_prompts.json").read_text(encoding="utf-8"))
 TARGETS = [wordlist_from_terms(sorted({case["term"] for case in LEAKS}), name="targets")]

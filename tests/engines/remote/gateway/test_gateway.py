@@ -11,10 +11,10 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
+from helpers.paths import load_data
 from helpers.service import ROOT, _clean_env, free_port
 from helpers.wait import wait_until
 
@@ -23,7 +23,7 @@ from guardrail.models import load_tokenizer
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import wordlist_from_terms
 
-LEAK_PROMPTS = json.loads((Path(__file__).parents[1] / "data" / "leak_prompts.json").read_text())
+LEAK_PROMPTS = load_data("leak_prompts.json")
 MODEL = "smollm2"
 
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def declared_requirements(extras: tuple[str, ...] | None = None) -> list[Requirement]:

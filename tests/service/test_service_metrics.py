@@ -7,14 +7,14 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 from helpers.service import CLIENT_KEY, MODEL, metric
 
 pytestmark = pytest.mark.slow
 
-METRICS_DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
 AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
 
 

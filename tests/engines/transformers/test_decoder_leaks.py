@@ -7,10 +7,9 @@ prefix contains a target â€” checked with the text contract (``TextMatcher``) â€
 over five seeds.
 """
 
-import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import load_data
 
 from guardrail.guard.events import Finish, TextDelta
 from guardrail.matching.compiler import compile_artefact
@@ -21,7 +20,7 @@ from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
-LEAKS = json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+LEAKS = load_data("leak_prompts.json")
 TARGETS = [wordlist_from_terms(sorted({case["term"] for case in LEAKS}), name="targets")]
 #: Tokens decoded past the point where the unguarded answer says the term (room to evade or re-offend).
 MARGIN = 6

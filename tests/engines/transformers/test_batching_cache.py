@@ -6,11 +6,10 @@ past a point, rolls back to it (holes), is forced onto another token there and d
 neighbours do not roll back. Every row's tokens must equal its reference.
 """
 
-import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.paths import load_data
 from transformers.masking_utils import create_causal_mask
 
 from guardrail.engines.transformers.batch_cache import BatchKVCache, Prefill
@@ -20,7 +19,7 @@ from guardrail.prompts import prompt_ids
 
 pytestmark = pytest.mark.slow
 
-LEAKS = json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+LEAKS = load_data("leak_prompts.json")
 STEPS = 24
 #: The row that rolls back: decodes to ROLLBACK_FROM, goes back to ROLLBACK_TO and is forced onto its
 #: second-best token there.

@@ -4,11 +4,10 @@ form begins; hold-back never releases a token a later hit starts in (docs/matchi
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import pytest
+from helpers.paths import load_data
 
 from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.codec import decode_artefact, encode_artefact
@@ -20,7 +19,7 @@ from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation, wordlist_from_terms
 
-DATA = json.loads((Path(__file__).parent / "data" / "obfuscation_cases.json").read_text(encoding="utf-8"))
+DATA = load_data("obfuscation_cases.json")
 SETTING = "masked+markup"
 STORED = with_obfuscation([bundled_wordlist("en")], SETTING)
 OWN = with_obfuscation([wordlist_from_terms(["sorry", "rainbow", "teacher"])], SETTING)

@@ -1,6 +1,6 @@
 """The gateway engine's fail-closed rule and its resubmission protocol, against a scripted upstream.
 
-vLLM's real server (tests/gateway) honours ``logit_bias`` -100, so it cannot show what the gateway does when an
+vLLM's real server (tests/engines/remote/gateway) honours ``logit_bias`` -100, so it cannot show what the gateway does when an
 upstream returns a banned token anyway: this scripted upstream (an ``httpx.MockTransport``: a fake, for that
 reason only) ignores every bias and always decodes the same text.
 """

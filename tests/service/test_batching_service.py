@@ -1,13 +1,12 @@
 """The service decodes through the batched loop and reports the rows of every forward pass, the prompt tokens
 served from the prefix cache, and the drafted and accepted tokens of speculative decoding."""
 
-import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import load_data
 from helpers.service import metric
 
-REPETITIVE = json.loads((Path(__file__).parent / "data" / "repetitive_prompts.json").read_text(encoding="utf-8"))
+REPETITIVE = load_data("repetitive_prompts.json")
 
 pytestmark = pytest.mark.slow
 

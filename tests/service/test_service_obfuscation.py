@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 #: The forms of the issue's acceptance (dots, spaces, underscores, hyphens, a star, leetspeak, a look-alike
 #: letter), each of which SmolLM2 repeats when a completion prompt lists it (checked by the test itself).
-#: Every other form goes through the decoder in tests/test_decoder_obfuscation.py.
+#: Every other form goes through the decoder in tests/engines/transformers/test_decoder_obfuscation.py.
 FORMS = ["f.u.c.k", "f u c k", "f_u_c_k", "f-u-c-k", "f*ck", "sh1t", "fսck"]
 VERIFIER = TextMatcher([bundled_wordlist("en")], obfuscation=DEFAULT_OBFUSCATION)
 

@@ -4,7 +4,7 @@
 The worker's stream factory here is a stand-in for the decoder (a generator that yields a text delta and
 then blocks until the test releases it): a real decoder cannot be held busy without progress, or kept
 running past a deadline, deterministically. The whole path with the real model, ``guardrail serve`` and
-SIGTERM is tests/test_service_rollout.py.
+SIGTERM is tests/service/test_service_rollout.py.
 """
 
 from __future__ import annotations

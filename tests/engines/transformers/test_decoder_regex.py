@@ -5,10 +5,8 @@ matcher — greedy and sampled."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from helpers.paths import load_data
 from helpers.regex_oracle import oracle_matches
 
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
@@ -24,7 +22,7 @@ from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
-LEAKS = {case["term"]: case for case in json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text())}
+LEAKS = {case["term"]: case for case in load_data("leak_prompts.json")}
 #: Per leak-suite target, a regex term that matches it and its look-alikes.
 REGEXES = {
     "sorry": "re:s[o0]rr(?:y|ies)",

@@ -5,11 +5,10 @@ rows roll back, each at its own step, while their neighbours decode on). The ref
 the single-stream ``StreamingDecoder``.
 """
 
-import json
 import threading
-from pathlib import Path
 
 import pytest
+from helpers.paths import load_data
 from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.transformers.batched import BatchedDecoder
@@ -23,9 +22,9 @@ from guardrail.wordlists.wordlist import wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
-LEAKS = json.loads((Path(__file__).parent / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
+LEAKS = load_data("leak_prompts.json")
 TARGETS = [wordlist_from_terms(sorted({case["term"] for case in LEAKS}), name="targets")]
-MARGIN = 6  # tokens past the point where the unguarded answer says its term (as tests/test_decoder_leaks.py)
+MARGIN = 6  # tokens past the point where the unguarded answer says its term (as tests/engines/transformers/test_decoder_leaks.py)
 #: A generation's wall-clock limit (``timeout_s``, 60 s by default) is not what these tests check: on a loaded
 #: shared machine it would end a row early ("length") and fail a comparison for no reason.
 NO_DEADLINE = 3600.0

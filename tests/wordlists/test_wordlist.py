@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +69,7 @@ def test_bundled_term_counts_are_close_to_upstream():
 
 
 def test_bundled_lists_ship_licence_and_attribution():
-    directory = Path(__file__).resolve().parent.parent / "wordlists"
+    directory = ROOT / "wordlists"
     notice = (directory / "NOTICE").read_text("utf-8")
     assert "Shutterstock" in notice and "creativecommons.org/licenses/by/4.0" in notice
     assert "Attribution 4.0" in (directory / "LICENSE").read_text("utf-8")

@@ -4,10 +4,8 @@ resolve and round-trip as documented (docs/matching.md, "Obfuscation")."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from helpers.paths import load_data
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation, ObfuscationLevel, effective
 from guardrail.matching.textmatch import TextMatcher
@@ -23,7 +21,7 @@ from guardrail.wordlists.wordlist import (
     wordlist_from_terms,
 )
 
-DATA = json.loads((Path(__file__).parent / "data" / "obfuscation_cases.json").read_text(encoding="utf-8"))
+DATA = load_data("obfuscation_cases.json")
 CASES = DATA["cases"]
 EN = bundled_wordlist("en")
 LEVELS = [str(Obfuscation(level, markup)) for level in ObfuscationLevel for markup in (False, True)]

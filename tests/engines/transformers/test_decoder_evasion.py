@@ -8,10 +8,9 @@ The forms are found with :func:`guardrail.matching.evasion_forms.find_evasions`,
 and leaks with :class:`TextMatcher` on the answer and on every streamed prefix.
 """
 
-import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import load_data
 from helpers.streams import assert_no_leak
 
 from guardrail.engines.transformers.batched import BatchedDecoder
@@ -28,7 +27,7 @@ from guardrail.wordlists.wordlist import MatchMode, Term, wordlist_from_terms
 
 pytestmark = pytest.mark.slow
 
-CASES = json.loads((Path(__file__).parent / "data" / "evasion_prompts.json").read_text(encoding="utf-8"))
+CASES = load_data("evasion_prompts.json")
 #: Forms the substring escalation removes; ``edit`` forms need the ``edit`` mode (one edit of tolerance).
 CAUGHT = ("glued", "underscore")
 NO_HIT_PROMPTS = ["Describe a sunny day at the beach.", "Explain how a bicycle works.",

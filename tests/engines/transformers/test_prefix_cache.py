@@ -1,7 +1,7 @@
 """The prefix cache: longest whole-block head, verified token by token, least recently used out by bytes.
 
 Tensors here are random stand-ins for one prompt's keys and values (the cache never reads their contents);
-the model-level check (a row prefilled from a cached head decodes as alone) is in tests/test_batching_cache.py.
+the model-level check (a row prefilled from a cached head decodes as alone) is in tests/engines/transformers/test_batching_cache.py.
 """
 
 import pytest

@@ -121,7 +121,7 @@ def test_rollback_to_an_earlier_position_lifts_later_bans(decoder, vocab, chat, 
     # so " fish cat" is allowed and " fish cat cat" is caught at position 1 again. Kept forever (the
     # reference decoder's stale bans), " cat" stays banned at 1 and the next rollback is at position 2.
     # Evasion guard off: escalated, "cat cat" would also match as a substring, one token sooner (no right
-    # boundary to wait for), which changes the scripted sequence (tests/test_escalation.py covers that).
+    # boundary to wait for), which changes the scripted sequence (tests/guard/test_escalation.py covers that).
     artefact, matcher = compile_terms(vocab, "cat cat", "dog dog")
     events, finish = run(decoder, chat("Name some animals."), artefact, max_tokens=4, evasion_guard="off", **script)
     assert [(r.position, r.tokens_discarded) for r in rollbacks(events)][:4] == [(0, 2), (1, 2), (0, 2), (1, 2)]

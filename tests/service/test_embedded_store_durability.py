@@ -16,13 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
 from guardrail.atomic_file import write_atomically
 from guardrail.wordlists.wordlist import wordlist_from_terms
 from service.stores.embedded import LOCK_FILE, DataDirLocked, EmbeddedStore
 from service.stores.store import replacement
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_writer(data_dir: Path, *args: str) -> subprocess.Popen[str]:
