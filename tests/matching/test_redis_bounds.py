@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,14 +108,13 @@ def test_every_client_gets_the_timeout_it_is_given_and_no_retry(redis_url, prefi
 
 def test_a_hung_redis_costs_each_call_one_attempt_and_one_timeout(hung, prefix):
     store = RedisStore(hung.url, prefix, timeout_s=TIMEOUT_S)
-    started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="Redis does not answer") as failure:
         store.versions()
-    elapsed = time.monotonic() - started
+    # A timeout, after one attempt: the stall is then one connect plus one read timeout at most
+    # (worst_case_stall_s); redis-py's default policy made 121 attempts here (10 retries, each retrying
+    # connect), ~70 s. Counted, not timed: a wall-clock bound would fail on a loaded machine for no reason.
     assert isinstance(failure.value.__cause__, redis.TimeoutError)
-    assert hung.attempts() == 1  # redis-py's default policy made 121 here (10 retries, each retrying connect)
-    # The one stall this test is about: far below the bound's multiple the default policy reached (~70 s).
-    assert elapsed < 5 * worst_case_stall_s(TIMEOUT_S)
+    assert hung.attempts() == 1
     with pytest.raises(StoreUnavailable):
         store.write("pets", lambda current: replacement(current, wordlist_from_terms(["cat"], name="pets")), None,
                     "tok")
