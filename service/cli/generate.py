@@ -15,7 +15,7 @@ import json
 import sys
 
 from guardrail.params import DEFAULT_EVASION_GUARD, EVASION_GUARD_MODES
-from service.cli.main import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
+from service.cli.options import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
 
 
 def parse_logit_bias(value: str) -> dict[int, float]:

@@ -13,50 +13,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
-from guardrail.wordlists.wordlist import WordListError, canonical_obfuscation, with_obfuscation
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends ``(default: X)`` to every option that has a default worth showing (not ``None``/``False``,
-    whose meaning the help text says) and does not already mention it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if "default" in text or default is None or default is False or default is argparse.SUPPRESS or (
-                isinstance(default, (list, dict)) and not default):
-            return text
-        return super()._get_help_string(action)
-
-
-def add_json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+from guardrail.wordlists.wordlist import WordListError
+from service.cli.options import HelpFormatter, add_json_option, add_wordlist_options, selected_wordlists
 
 
 def _emit(args: argparse.Namespace, payload: dict, human: str) -> None:
     print(json.dumps(payload, ensure_ascii=False) if args.json else human)
-
-
-def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str] = ("en",)) -> None:
-    """``--wordlist NAME[,NAME…]`` (repeatable; bundled names or .txt paths) and ``--banned "a,b"``."""
-    parser.add_argument("--wordlist", action="append", default=None, metavar="NAME[,NAME…]",
-                        help=f"word lists: bundled names or .txt files (default: {','.join(default)})")
-    parser.add_argument("--banned", dest="banned_terms", action="append", default=[], metavar='"a,b"',
-                        help="extra banned terms, comma-separated (repeatable; default: none); re:PATTERN is a "
-                             "regex term and takes the rest of the value, commas included")
-    parser.add_argument("--obfuscation", default=str(DEFAULT_OBFUSCATION), type=canonical_obfuscation,
-                        metavar="LEVEL[+markup]",
-                        help="obfuscated forms that match too, for lists without their own level: off | homoglyphs "
-                        "| leet | spaced | masked, optionally +markup (docs/matching.md)")
-    parser.set_defaults(default_wordlists=list(default))
-
-
-def selected_wordlists(args: argparse.Namespace):
-    from guardrail.wordlists.selection import select_wordlists
-
-    names = args.wordlist if args.wordlist is not None else args.default_wordlists
-    return with_obfuscation(select_wordlists(names, args.banned_terms), args.obfuscation)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from guardrail.wordlists.selection import split_names
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``serve`` on the ``guardrail`` parser's subparsers."""
-    from service.cli.main import HelpFormatter
+    from service.cli.options import HelpFormatter
 
     serve = subparsers.add_parser(
         "serve",

@@ -126,7 +126,7 @@ def run_tenants(args: argparse.Namespace) -> int:
 
 def add_tenants_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``tenants`` (and its actions) on the ``guardrail`` parser's subparsers."""
-    from service.cli.main import HelpFormatter, add_json_option
+    from service.cli.options import HelpFormatter, add_json_option
 
     tenants = subparsers.add_parser("tenants", formatter_class=HelpFormatter, help="manage tenants (API keys with "
                                     "a policy) through a running service's admin API",
