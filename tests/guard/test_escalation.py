@@ -15,13 +15,13 @@ from guardrail.guard.escalation import (
     MIN_EDIT_CHARS,
     MIN_ESCALATION_CHARS,
     EscalationCache,
-    check_evasion_guard,
     escalation_terms,
 )
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from guardrail.guard.session import FINISH, KEEP, ROLLBACK, GuardSession
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.term_spec import flatten
+from guardrail.params import check_evasion_guard
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, wordlist_from_terms
 
 EOS = 2
