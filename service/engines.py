@@ -77,7 +77,8 @@ class VLLMEngine:
     def __init__(self, settings: Settings, vocab: TokenVocab) -> None:
         from guardrail.engines.vllm.driver import VLLMDriver
 
-        self.driver = VLLMDriver.load(settings.model, vocab=vocab, **settings.vllm_engine_args)
+        self.driver = VLLMDriver.load(settings.model, vocab=vocab, kv_cache_gib=settings.vllm_kv_cache_gib,
+                                      **settings.vllm_engine_args)
         self.capacity = settings.max_batch
         self.context_length = int(self.driver.max_model_len)
         self.num_logits = int(self.driver.num_logits)

@@ -194,3 +194,22 @@ class ServiceMetrics:
         """Record whether Redis answered (no-op with the embedded store)."""
         if self.redis_up is not None:
             self.redis_up.set(1 if up else 0)
+
+
+class GlobalFamilies:
+    """A collector that hands on the families of prometheus-client's process-wide registry whose names start
+    with ``prefix``: the in-process vLLM engine records its own metrics (``vllm:num_requests_running``,
+    ``vllm:kv_cache_usage_perc``, …; vllm/v1/metrics/loggers.py) there, and ``/metrics`` renders the app's
+    registry, so they appear beside ours under their own names. The global registry's process/GC collectors
+    are not handed on (the app's registry has its own)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def collect(self):
+        from prometheus_client import REGISTRY
+
+        return [family for family in REGISTRY.collect() if family.name.startswith(self.prefix)]
+
+    def describe(self):
+        return []  # unknown until vLLM has registered them: no name clash check at registration

@@ -30,7 +30,7 @@ from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist, with_obfuscation
 from service.catalog import WordListCatalog
 from service.engines import build_engine
-from service.metrics import ServiceMetrics
+from service.metrics import GlobalFamilies, ServiceMetrics
 from service.settings import Settings
 from service.stores.embedded import EmbeddedStore
 from service.stores.redis_store import RedisStore
@@ -94,6 +94,8 @@ class Runtime:
         except BaseException:
             self.store.close()  # releases the data directory's lock for a retry in this process
             raise
+        if self.engine.name == "vllm":
+            metrics.registry.register(GlobalFamilies("vllm:"))
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(

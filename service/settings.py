@@ -54,6 +54,10 @@ class Settings(BaseSettings):
     tokenizer: str | None = Field(
         None, description="The tokenizer (a bundled model name or a local Hugging Face directory); unset = the "
         "model's. engine=remote loads only this, and checks it against the upstream's at start-up.")
+    vllm_kv_cache_gib: int = Field(
+        2, ge=1, description="engine=vllm on CPU: the KV cache in GiB (VLLM_CPU_KVCACHE_SPACE, which wins when set). "
+        "A fixed size, not vLLM's default fraction of a NUMA node's memory. SmolLM2 in float32 needs ~46 KB a token: "
+        "2 GiB hold ~46k tokens. GPUs size theirs with vllm_engine_args' gpu_memory_utilization.")
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description='More vllm.EngineArgs for engine=vllm, JSON: {"enforce_eager": true}.'
     )

@@ -45,6 +45,12 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def metric_total(text: str, name: str) -> float:
+    """The sum of every sample ``name{...}`` in a /metrics exposition, whatever its labels (0 when absent)."""
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == name)
+
+
 def delete_namespace(url: str, namespace: str) -> None:
     client = redis.Redis.from_url(url)
     try:

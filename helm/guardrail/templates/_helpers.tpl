@@ -214,6 +214,7 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_PREFILL_CHUNK" ($g.prefillChunk | int64))
   (list "GUARDRAIL_PREFIX_CACHE_MB" ($g.prefixCacheMb | int64))
   (list "GUARDRAIL_SPECULATIVE_TOKENS" ($g.speculativeTokens | int64))
+  (list "GUARDRAIL_VLLM_KV_CACHE_GIB" ($g.vllmKvCacheGib | int64))
 ) }}
 {{- if $g.vllmEngineArgs }}
 {{- $settings = append $settings (list "GUARDRAIL_VLLM_ENGINE_ARGS" (toJson $g.vllmEngineArgs)) }}
