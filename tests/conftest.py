@@ -9,7 +9,8 @@ model. :func:`pytest_collection_modifyitems` marks every test that uses, directl
 one of :data:`MODEL_FIXTURES` (the model weights, the shared service, which loads SmolLM2, or vLLM);
 tests that load a model without such a fixture (``load_model`` in the test, a service or CLI in a
 subprocess) carry an explicit ``@pytest.mark.slow``, and so do the two modules whose brute-force vocab
-sweeps and property searches take minutes (``test_mask.py``, ``test_regex_tokens.py``). Tokenizers are not
+sweeps and property searches take minutes (``test_mask.py``, ``test_regex_tokens.py``), and the few tests
+that compile a full list twice or build automata up to their size limits. Tokenizers are not
 slow: other tests that use only ``smollm2_tokenizer``, ``gemma3_tokenizer`` or a vocab run in
 ``make test-fast``.
 """

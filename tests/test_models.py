@@ -60,6 +60,7 @@ def _assert_same_tokenizer(cached, reference):
     assert cached.chat_template == reference.chat_template
 
 
+@pytest.mark.slow  # reads the GGUF model file
 def test_cached_smollm2_tokenizer_matches_the_gguf_one(monkeypatch, tmp_path):
     monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(tmp_path))
     source = resolve_model("smollm2")

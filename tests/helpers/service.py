@@ -91,7 +91,7 @@ class LiveServer:
         return self.post("/v1/chat/completions", json=payload, headers={"Authorization": f"Bearer {CLIENT_KEY}"})
 
 
-def _clean_env(extra: dict[str, str]) -> dict[str, str]:
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
     if "GUARDRAIL_CACHE_DIR" in os.environ:  # keep the shared model/artefact cache
         env["GUARDRAIL_CACHE_DIR"] = os.environ["GUARDRAIL_CACHE_DIR"]
@@ -140,7 +140,7 @@ def start_service_process(tmp: Path, env: dict[str, str], cli: bool = False,
     else:
         args = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
                 "--port", str(port), "--no-access-log"]
-    env = _clean_env({"GUARDRAIL_DATA_DIR": str(tmp / "data"), **env})
+    env = clean_env({"GUARDRAIL_DATA_DIR": str(tmp / "data"), **env})
     return ServiceProcess(args, env, tmp / f"service-{port}.log", port)
 
 

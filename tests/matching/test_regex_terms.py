@@ -154,6 +154,7 @@ def test_class_ranges_are_limited_in_code_points():
         normalize_pattern("[\u0000-\uffff][\u0000-\u0001]", True)
 
 
+@pytest.mark.slow  # builds automata up to their size limits
 def test_nfa_and_dfa_limits_are_enforced_with_the_term_named(smollm2_vocab):
     pairs = "|".join(a + "x" for a in "abcdefghijklmnopqrstuvwyzABCDEFGHIJKLMNOPQRSTUVWYZ0123456789")
     big = f"(?:{pairs}){{1,64}}"

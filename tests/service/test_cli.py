@@ -36,6 +36,7 @@ def test_banned_regex_terms_keep_their_commas_and_bad_ones_are_a_clear_error(cap
     assert "'re:so+rry'" in error and "unbounded repetition" in error
 
 
+@pytest.mark.slow  # two full compiles of en x SmolLM2's vocab
 def test_compile_reports_cache_layers(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("GUARDRAIL_REDIS_URL", raising=False)

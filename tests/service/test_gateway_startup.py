@@ -8,14 +8,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from helpers.service import ROOT, _clean_env, free_port
+import pytest
+from helpers.service import ROOT, clean_env, free_port
+
+pytestmark = pytest.mark.slow  # the service in a subprocess (tests/conftest.py)
 
 
 def serve(tmp_path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "service.cli.main", "serve", "--port", str(free_port()), "--engine", "remote", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=_clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path), "GUARDRAIL_UPSTREAM_RETRIES": "0"}))
+        env=clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path), "GUARDRAIL_UPSTREAM_RETRIES": "0"}))
 
 
 def test_the_gateway_refuses_to_start_when_its_upstream_is_down(tmp_path):

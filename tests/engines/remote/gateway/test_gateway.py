@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from helpers.paths import load_data
-from helpers.service import ROOT, _clean_env, free_port
+from helpers.service import ROOT, clean_env, free_port
 from helpers.wait import wait_until
 
 from guardrail.matching.textmatch import TextMatcher
@@ -59,7 +59,7 @@ def test_a_gateway_with_another_tokenizer_refuses_to_start(upstream, tmp_path):
         [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--engine", "remote", "--upstream",
          upstream.url, "--tokenizer", "gemma3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=_clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
+        env=clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
     assert done.returncode != 0
     assert "tokenizer mismatch" in done.stdout + done.stderr
 
