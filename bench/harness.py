@@ -1,4 +1,5 @@
-"""What the service benchmarks share: a free port and the service started as its own process."""
+"""What the service benchmarks share: a free port, the service started as its own process, the open-ended
+prompts, the chat turn they go in, and the percentiles reported."""
 
 from __future__ import annotations
 
@@ -11,8 +12,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Open-ended prompts that ask for a few sentences of harmless text (the service benchmark's; a soak adds
+#: prompts that invite hits).
+PROMPTS = [
+    "Write a short story about a robot who learns to paint.",
+    "Describe a sunny day at the beach.",
+    "Explain how a bicycle works.",
+    "Give me three tips for learning to cook.",
+    "Describe the water cycle.",
+    "What should I pack for a weekend hiking trip?",
+    "Write a short poem about autumn leaves.",
+    "Explain why the moon has phases.",
+]
 #: Seconds the service may take to become ready (the first start converts the bundled GGUF: minutes).
 READY_TIMEOUT_S = 300.0
 
@@ -59,3 +73,17 @@ def start_service(data_dir: str, settings: Mapping[str, str] = (), *, log_path: 
         time.sleep(0.5)
     process.kill()
     raise SystemExit(f"the service did not become ready in {READY_TIMEOUT_S:.0f} s")
+
+
+def user_turn(text: str) -> list[dict[str, str]]:
+    """The chat ``messages`` of one user turn holding ``text``."""
+    return [{"role": "user", "content": text}]
+
+
+def percentiles(values: list[float], digits: int = 3) -> dict[str, float] | None:
+    """``{"p50", "p99"}`` of ``values`` (numpy's linear interpolation), rounded to ``digits``; ``None`` for no
+    values."""
+    if not values:
+        return None
+    return {"p50": round(float(np.percentile(values, 50)), digits),
+            "p99": round(float(np.percentile(values, 99)), digits)}

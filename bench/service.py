@@ -33,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
-from harness import start_service  # noqa: E402
+from harness import PROMPTS, percentiles, start_service, user_turn  # noqa: E402
 
 from guardrail.engines.transformers.decoder import StreamingDecoder  # noqa: E402
 from guardrail.guard.events import Finish, TextDelta  # noqa: E402
@@ -45,16 +45,6 @@ from guardrail.prompts import prompt_ids  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
 
 MODEL = "smollm2"
-PROMPTS = [
-    "Write a short story about a robot who learns to paint.",
-    "Describe a sunny day at the beach.",
-    "Explain how a bicycle works.",
-    "Give me three tips for learning to cook.",
-    "Describe the water cycle.",
-    "What should I pack for a weekend hiking trip?",
-    "Write a short poem about autumn leaves.",
-    "Explain why the moon has phases.",
-]
 CONCURRENCY = (1, 4, 8)
 FLOOR = 0.95
 AGGREGATE_FLOOR = 4.0
@@ -62,11 +52,7 @@ TTFT_FLOOR = 3.0
 
 
 def messages(index: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": PROMPTS[index % len(PROMPTS)]}]
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    return {"p50": round(float(np.percentile(values, 50)), 4), "p99": round(float(np.percentile(values, 99)), 4)}
+    return user_turn(PROMPTS[index % len(PROMPTS)])
 
 
 class Decoder:
@@ -126,8 +112,8 @@ async def burst(base: str, clients: int, max_tokens: int, first: int = 0) -> tup
 
 
 def summary(runs: list[dict], wall: float | None = None) -> dict:
-    out = {"ttft_s": stats([r["ttft_s"] for r in runs]), "tokens_per_s": stats([r["tokens_per_s"] for r in runs]),
-           "streams": len(runs)}
+    out = {"ttft_s": percentiles([r["ttft_s"] for r in runs], digits=4),
+           "tokens_per_s": percentiles([r["tokens_per_s"] for r in runs], digits=4), "streams": len(runs)}
     wall = wall if wall is not None else sum(r["seconds"] for r in runs)
     out["aggregate_tokens_per_s"] = round(sum(r["tokens"] for r in runs) / wall, 3)
     return out

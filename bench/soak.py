@@ -39,15 +39,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
-import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from harness import start_service  # noqa: E402
+from harness import percentiles, start_service, user_turn  # noqa: E402
 
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.wordlists.obfuscation import DEFAULT_OBFUSCATION  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist, wordlist_from_terms  # noqa: E402
 
 MODEL = "smollm2"
+#: Not harness.PROMPTS: a soak also sends prompts that invite hits (rollbacks, refusals).
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
     "Describe a rainy afternoon in a big city.",
@@ -98,7 +98,7 @@ class Judge:
 
 async def one_request(client: httpx.AsyncClient, base: str, kind: str, judge: Judge, tally: Tally,
                       rng: random.Random, api_key: str | None) -> None:
-    body: dict = {"model": MODEL, "messages": [{"role": "user", "content": rng.choice(PROMPTS)}],
+    body: dict = {"model": MODEL, "messages": user_turn(rng.choice(PROMPTS)),
                   "temperature": 1.0, "max_tokens": MAX_TOKENS, "stream": True}
     headers = {"Authorization": f"Bearer {api_key}"} if kind == "tenant" and api_key else {}
     terms: tuple[str, ...] = ()
@@ -186,12 +186,6 @@ async def sample_rss(pid: int, deadline: float, interval_s: float, started: floa
         samples.append({"t_s": round(time.monotonic() - started, 1), "rss_bytes": rss_bytes(pid)})
         await asyncio.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
     samples.append({"t_s": round(time.monotonic() - started, 1), "rss_bytes": rss_bytes(pid)})
-
-
-def percentiles(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {"p50": round(float(np.percentile(values, 50)), 3), "p99": round(float(np.percentile(values, 99)), 3)}
 
 
 async def soak(base: str, pid: int | None, args: argparse.Namespace) -> dict:

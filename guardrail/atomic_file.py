@@ -3,9 +3,11 @@ and once :func:`write_atomically` returns the new content survives a crash of th
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def fsync_directory(path: Path) -> None:
@@ -50,3 +52,29 @@ def write_atomically(path: Path, data: bytes | str) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` as JSON (UTF-8, indent 1, non-ASCII kept), through
+    :func:`write_atomically`: the commit point of an index that several files hang on.
+
+    Raises:
+        OSError: as :func:`write_atomically`.
+        TypeError: ``data`` is not JSON-serialisable (nothing is written).
+    """
+    write_atomically(path, json.dumps(data, indent=1, ensure_ascii=False))
+
+
+def read_json(path: Path) -> Any | None:
+    """What :func:`write_json_atomically` last wrote to ``path`` (never a partial write), or ``None`` when
+    ``path`` does not exist.
+
+    Raises:
+        OSError: ``path`` cannot be read.
+        ValueError: it is not JSON (``json.JSONDecodeError``) or not UTF-8.
+    """
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return json.loads(raw)

@@ -12,10 +12,10 @@ import gc
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from cachetools import LRUCache
 from transformers.utils import logging as transformers_logging
 
 from guardrail.engines.base import Engine
@@ -112,7 +112,8 @@ class Runtime:
         # One worker thread per stream the engine runs at once, each blocked on its own stream's events.
         threads = max(settings.max_concurrent, self.engine.capacity)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
-        self._text_matchers: OrderedDict[tuple[object, ...], TextMatcher] = OrderedDict()
+        # Shared by the worker threads; cachetools caches are not thread-safe, hence the lock.
+        self._text_matchers: LRUCache[tuple[object, ...], TextMatcher] = LRUCache(_TEXT_MATCHERS_KEPT)
         self._matchers_lock = threading.Lock()
 
     def start(self) -> None:
@@ -212,14 +213,12 @@ class Runtime:
         own; built once per combination, LRU-kept)."""
         key = (*((s.wordlist.name, s.version) for s in stored), obfuscation)
         with self._matchers_lock:
-            found = self._text_matchers.get(key)
-            if found is not None:
-                self._text_matchers.move_to_end(key)
-                return found
+            found = self._text_matchers.get(key)  # a hit counts as a use (LRU order)
+        if found is not None:
+            return found
+        # Built outside the lock (it can take a while); two threads may build the same one, the last one kept.
         matcher = TextMatcher([s.wordlist for s in stored], obfuscation=obfuscation)
         with self._matchers_lock:
             self._text_matchers[key] = matcher
-            while len(self._text_matchers) > _TEXT_MATCHERS_KEPT:
-                self._text_matchers.popitem(last=False)
         return matcher
 

@@ -1,10 +1,10 @@
 """The one place where a guard verdict becomes an engine action: keep, roll back, or finish.
 
 Every rollback engine — the transformers single-stream decoder and its batched rows
-(:mod:`guardrail.engines.transformers.decoder`), the vLLM driver (:mod:`guardrail.engines.vllm.driver`) and
-any engine written later (an upstream gateway) — hands each picked or streamed token to :func:`judge` and
-implements :class:`VerdictHandler`; what a verdict means for the KV cache is the handler's business, what
-the verdict is and which events reach the client is decided here and in
+(:mod:`guardrail.engines.transformers.decoder`), the vLLM driver (:mod:`guardrail.engines.vllm.driver`), the
+upstream gateway (:mod:`guardrail.engines.remote.engine`) and any engine written later — hands each picked or
+streamed token to :func:`judge` and implements :class:`VerdictHandler`; what a verdict means for the KV cache
+is the handler's business, what the verdict is and which events reach the client is decided here and in
 :class:`~guardrail.guard.session.GuardSession` only (docs/design.md, "The decode step").
 
 Contract of :func:`judge` (and :func:`judge_end`), in this order, exactly once per call:

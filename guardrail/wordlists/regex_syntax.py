@@ -19,6 +19,29 @@ and patterns whose matches can be longer than :data:`MAX_REGEX_SPAN` characters.
 
 Pure syntax: the meaning over normalised text (case folding of literals and classes) and the automaton
 limits are checked by ``guardrail.matching.regex_term`` when a list is compiled.
+
+Why not a maintained parser from PyPI (issue 19; evaluated on the patterns the tests and docs accept): the
+contract is ``re``'s syntax *and meaning* — the reference text matcher runs ``re`` itself
+(tests/test_regex_terms.py checks the token automaton against it), and the matching layer
+(``regex_term``, ``regex_nfa``, ``regex_tokens``) reads this tree. The candidates parse other dialects:
+
+- ``interegular`` 0.3.3 (used by outlines and lark): of 30 patterns this module accepts it refuses 9 —
+  ``\\b`` and ``\\B`` ("Escape \\b is not implemented"), the flags ``(?x)`` ``(?u)`` ``(?m)``, the escapes
+  ``\\uXXXX`` ``\\UXXXXXXXX`` ``\\N{...}``, and a ``(?#...)`` comment (AttributeError) — and its ``\\w \\d
+  \\s`` are ASCII where ``re``'s are Unicode (``\\w`` does not match ``é`` or ``傻``, ``\\d`` not ``٣``,
+  ``\\s`` not U+2003), so every class shorthand would mean something else;
+- ``greenery`` 4.2.3: no ``\\b``, ``(?x)``, ``(?#...)`` or ``\\u`` escapes; ASCII ``\\w \\d \\s``;
+- ``regex``: no public parser (its ``_regex_core`` is as private as ``re._parser``), and a syntax of its own
+  (nested sets, ``\\p{...}``);
+- ``sre_yield``, ``exrex``, Hypothesis' ``from_regex`` and lark itself (``lark.utils``, for regex widths)
+  parse with ``re._parser`` too: it is what the maintained projects use for Python's syntax.
+
+A port would drop word boundaries and Unicode classes from the documented term syntax (docs/wordlists.md),
+or re-create ``re``'s semantics over another tree: the second grammar this module exists to avoid. The
+private-API risk is kept small instead: the import is here (the matching layer takes the opcode constants
+from ``re._constants``), ``requires-python >= 3.11`` fixes the module name, and
+``tests/test_regex_terms.py`` pins the tree shapes the layer reads, so a Python release that changes them
+fails the suite, not the guard.
 """
 
 from __future__ import annotations

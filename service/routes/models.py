@@ -11,6 +11,7 @@ from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
 from service.runtime import Runtime
+from service.schemas.envelope import ListOf
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_client)])
 
@@ -24,9 +25,8 @@ class ModelCard(BaseModel):
     max_model_len: int = Field(description="The model's context length, tokens (prompt plus completion; vLLM's field).")
 
 
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
+class ModelList(ListOf[ModelCard]):
+    pass
 
 
 def _card(runtime: Runtime) -> ModelCard:

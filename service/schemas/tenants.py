@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.envelope import ListOf
 from service.stores.store import NAME_PATTERN
 from service.tenants.policy import TenantPolicy
 from service.tenants.store import TenantAuditRecord, TenantRecord
@@ -42,9 +43,8 @@ class TenantWithKey(TenantOut):
                          "send it as 'Authorization: Bearer <key>' (the openai client's api_key).")
 
 
-class TenantIndex(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[TenantOut]
+class TenantIndex(ListOf[TenantOut]):
+    pass
 
 
 class TenantAuditOut(BaseModel):
@@ -60,6 +60,5 @@ class TenantAuditOut(BaseModel):
         return cls(**record.to_dict())
 
 
-class TenantAuditLog(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[TenantAuditOut]
+class TenantAuditLog(ListOf[TenantAuditOut]):
+    pass

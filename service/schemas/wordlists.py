@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardrail.wordlists.wordlist import MatchMode, written_term
+from service.schemas.envelope import ListOf
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.stores.store import AuditRecord, StoredWordList
 
@@ -74,9 +75,8 @@ class WordListSummary(BaseModel):
     default: bool = Field(description="Part of this replica's default set (GUARDRAIL_WORDLISTS).")
 
 
-class WordListIndex(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[WordListSummary]
+class WordListIndex(ListOf[WordListSummary]):
+    pass
 
 
 class AuditOut(BaseModel):
@@ -93,6 +93,5 @@ class AuditOut(BaseModel):
         return cls(**record.to_dict())
 
 
-class AuditLog(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[AuditOut]
+class AuditLog(ListOf[AuditOut]):
+    pass

@@ -27,7 +27,6 @@ file itself, and ``filelock`` falls back to an existence-based lock where ``floc
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import socket
@@ -35,8 +34,9 @@ import threading
 import time
 from pathlib import Path
 
-from guardrail.atomic_file import fsync_directory, write_atomically
+from guardrail.atomic_file import fsync_directory, read_json, write_atomically, write_json_atomically
 from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
+from service.stores.audit_log import JsonLinesLog
 from service.stores.store import (
     AuditRecord,
     Compute,
@@ -77,10 +77,10 @@ class EmbeddedStore:
         self._index_path = self._lists_dir / "index.json"
         self._audit_path = self._dir / "audit.jsonl"
         self._audit_max = audit_max_records
+        self._audit: JsonLinesLog | None = None  # opened by _load
         self._lock = threading.Lock()
         self._lists: dict[str, StoredWordList] = {}
         self._counters: dict[str, int] = {}
-        self._audit_lines = 0
         self._lock_fd = self._lock_data_dir()
         try:
             self._load()
@@ -119,8 +119,8 @@ class EmbeddedStore:
     # -- reading ----------------------------------------------------------------------------------
     def _load(self) -> None:
         try:
-            if self._index_path.exists():
-                index = json.loads(self._index_path.read_text(encoding="utf-8"))
+            index = read_json(self._index_path)
+            if index is not None:
                 self._counters = {k: int(v) for k, v in index.get("counters", {}).items()}
                 for name, meta in index.get("lists", {}).items():
                     path = self._list_path(name, int(meta["version"]))
@@ -134,23 +134,9 @@ class EmbeddedStore:
             for leftover in leftovers:
                 if leftover not in referenced:  # written by a change that never committed
                     leftover.unlink(missing_ok=True)
-            if self._audit_path.exists():
-                self._cut_torn_audit_record()
-                with self._audit_path.open(encoding="utf-8") as handle:
-                    self._audit_lines = sum(1 for _ in handle)
+            self._audit = JsonLinesLog(self._audit_path, self._audit_max)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailable(f"cannot read the embedded store in {self._dir}: {exc}") from exc
-
-    def _cut_torn_audit_record(self) -> None:
-        """Drop a last audit line without its newline: an append a crash interrupted."""
-        data = self._audit_path.read_bytes()
-        if not data or data.endswith(b"\n"):
-            return
-        with self._audit_path.open("rb+") as handle:
-            handle.truncate(data.rfind(b"\n") + 1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        log.warning("cut a torn audit record (a crash during an append)", extra={"path": str(self._audit_path)})
 
     def _list_path(self, name: str, version: int) -> Path:
         return self._lists_dir / f"{name}.v{version}.txt"
@@ -172,14 +158,13 @@ class EmbeddedStore:
             return name in self._counters
 
     def audit(self, limit: int) -> list[AuditRecord]:
+        assert self._audit is not None, "opened by _load"
         with self._lock:
-            if not self._audit_path.exists():
-                return []
             try:
-                lines = self._audit_path.read_text(encoding="utf-8").splitlines()
+                rows = self._audit.newest(limit)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot read {self._audit_path}: {exc}") from exc
-        return [AuditRecord(**json.loads(line)) for line in reversed(lines[-limit:]) if line]
+        return [AuditRecord(**row) for row in rows]
 
     # -- writing ----------------------------------------------------------------------------------
     def write(
@@ -223,18 +208,11 @@ class EmbeddedStore:
             "lists": {n: {"version": s.version, "updated_at": s.updated_at} for n, s in sorted(lists.items())},
             "counters": dict(sorted(counters.items())),
         }
-        write_atomically(self._index_path, json.dumps(index, indent=1, ensure_ascii=False))
+        write_json_atomically(self._index_path, index)
 
     def _append_audit(self, record: AuditRecord) -> None:
-        with self._audit_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        self._audit_lines += 1
-        if self._audit_lines > 2 * self._audit_max:  # compact rarely: amortised O(1) per record
-            lines = self._audit_path.read_text(encoding="utf-8").splitlines()[-self._audit_max :]
-            write_atomically(self._audit_path, "\n".join(lines) + "\n")
-            self._audit_lines = len(lines)
+        assert self._audit is not None, "opened by _load"
+        self._audit.append(record.to_dict())
 
     def close(self) -> None:
         """Release the data directory's lock (every write is already on disk); idempotent."""

@@ -13,8 +13,10 @@ A change is one optimistic ``WATCH``/``MULTI`` transaction (record, key index, a
 another writer changed the same tenant meanwhile, so a rotated or revoked key is gone for every replica the
 moment the change is acknowledged: requests look their key up in Redis each time (no cache).
 
-Embedded (no Redis): ``<data_dir>/tenants.json`` replaced atomically on every change and
-``<data_dir>/tenant-audit.jsonl``; one process per data directory, as for the lists.
+Embedded (no Redis): ``<data_dir>/tenants.json`` replaced atomically on every change
+(:func:`guardrail.atomic_file.write_json_atomically`, as the word-list store's index) and
+``<data_dir>/tenant-audit.jsonl`` (:class:`service.stores.audit_log.JsonLinesLog`, as the word-list store's
+audit); one process per data directory, as for the lists.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, Literal, Protocol
 import redis
 from redis.exceptions import RedisError, WatchError
 
-from guardrail.atomic_file import write_atomically
+from guardrail.atomic_file import read_json, write_json_atomically
+from service.stores.audit_log import JsonLinesLog
 from service.stores.store import StoreUnavailable, WriteConflict
 from service.tenants.keys import key_id
 from service.tenants.policy import TenantPolicy
@@ -244,14 +247,14 @@ class EmbeddedTenantStore:
     def __init__(self, data_dir: Path, audit_max_records: int = 10_000) -> None:
         self._path = Path(data_dir) / "tenants.json"
         self._audit_path = Path(data_dir) / "tenant-audit.jsonl"
-        self._audit_max = audit_max_records
         self._lock = threading.Lock()
         self._records: dict[str, TenantRecord] = {}
         try:
             Path(data_dir).mkdir(parents=True, exist_ok=True)
-            if self._path.exists():
-                data = json.loads(self._path.read_text(encoding="utf-8"))
+            data = read_json(self._path)
+            if data is not None:
                 self._records = {n: TenantRecord.from_json(json.dumps(r)) for n, r in data["tenants"].items()}
+            self._audit = JsonLinesLog(self._audit_path, audit_max_records)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailable(f"cannot read {self._path}: {exc}") from exc
         self._by_hash = {r.key_hash: r for r in self._records.values() if r.key_hash}
@@ -280,7 +283,7 @@ class EmbeddedTenantStore:
                 records[name] = new
             body = {"tenants": {n: json.loads(r.to_json()) for n, r in sorted(records.items())}}
             try:
-                write_atomically(self._path, json.dumps(body, indent=1, ensure_ascii=False))
+                write_json_atomically(self._path, body)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot write {self._path}: {exc}") from exc
             # Replaced, never mutated: readers on other threads see the old or the new mapping whole.
@@ -288,24 +291,15 @@ class EmbeddedTenantStore:
             self._by_hash = {r.key_hash: r for r in records.values() if r.key_hash}
             record = _audit_of(change, current, new, name, token_id, now)
             try:
-                self._append_audit(record)
+                self._audit.append(record.to_dict())
             except OSError:
                 log.exception("tenant audit record lost", extra={"tenant": name})
             return new
 
-    def _append_audit(self, record: TenantAuditRecord) -> None:
-        with self._audit_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-        lines = self._audit_path.read_text(encoding="utf-8").splitlines()
-        if len(lines) > 2 * self._audit_max:  # compact rarely
-            write_atomically(self._audit_path, "\n".join(lines[-self._audit_max:]) + "\n")
-
     def audit(self, limit: int) -> list[TenantAuditRecord]:
         with self._lock:
-            if not self._audit_path.exists():
-                return []
             try:
-                lines = self._audit_path.read_text(encoding="utf-8").splitlines()
+                rows = self._audit.newest(limit)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot read {self._audit_path}: {exc}") from exc
-        return [TenantAuditRecord(**json.loads(line)) for line in reversed(lines[-limit:]) if line]
+        return [TenantAuditRecord(**row) for row in rows]

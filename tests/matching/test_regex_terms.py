@@ -304,3 +304,25 @@ def test_any_pattern_is_accepted_or_refused_with_a_word_list_error(pattern):
         TextMatcher([wordlist]).scan("ab ba a1 (b) é")
     except WordListError as exc:
         assert exc.reason
+
+
+@pytest.mark.parametrize(("pattern", "tree"), [
+    # The shapes of re._parser's tree (private API, regex_syntax.py says why it is still the parser) that
+    # regex_syntax, regex_term, regex_nfa and regex_tokens read: a Python release that changes one fails here.
+    ("a|bc", [("BRANCH", (None, [[("LITERAL", 97)], [("LITERAL", 98), ("LITERAL", 99)]]))]),
+    ("x{1,2}?y", [("MIN_REPEAT", (1, 2, [("LITERAL", 120)])), ("LITERAL", 121)]),
+    ("x{0,2}y", [("MAX_REPEAT", (0, 2, [("LITERAL", 120)])), ("LITERAL", 121)]),
+    ("[^\\w-]z", [("IN", [("NEGATE", None), ("CATEGORY", "CATEGORY_WORD"), ("LITERAL", 45)]), ("LITERAL", 122)]),
+    ("[a-c]\\Bq", [("IN", [("RANGE", (97, 99))]), ("AT", "AT_NON_BOUNDARY"), ("LITERAL", 113)]),
+    ("(?P<g>d)\\b.", [("SUBPATTERN", (1, 0, 0, [("LITERAL", 100)])), ("AT", "AT_BOUNDARY"), ("ANY", None)]),
+    ("[^a]", [("NOT_LITERAL", 97)]),
+])
+def test_the_stdlib_parse_tree_keeps_the_shapes_the_matching_layer_reads(pattern, tree):
+    def named(node):  # opcodes are named int constants of re._constants: compare their names
+        if isinstance(node, list) or type(node).__name__ == "SubPattern":  # a group's items: a SubPattern
+            return [named(item) for item in node]
+        if isinstance(node, tuple):
+            return tuple(named(item) for item in node)
+        return str(node) if type(node).__name__ == "_NamedIntConstant" else node
+
+    assert named(parse_regex(pattern)) == tree

@@ -58,6 +58,15 @@ def test_no_input_makes_the_admin_or_check_api_fail_with_a_5xx(case, restored_de
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
+def test_each_listing_endpoint_keeps_its_own_schema_name_for_the_shared_list_envelope():
+    schemas = openapi_document()["components"]["schemas"]
+    for name, item in {"ModelList": "ModelCard", "WordListIndex": "WordListSummary", "AuditLog": "AuditOut",
+                       "TenantIndex": "TenantOut", "TenantAuditLog": "TenantAuditOut"}.items():
+        assert schemas[name]["properties"]["data"]["items"] == {"$ref": f"#/components/schemas/{item}"}
+        assert schemas[name]["properties"]["object"]["const"] == "list"
+    assert not [name for name in schemas if name.startswith("ListOf")]  # no generic name leaks into clients
+
+
 # -- the generation endpoints, with examples bounded so that each one costs at most a few tokens -----------
 
 

@@ -149,6 +149,16 @@ def test_the_embedded_store_keeps_tenants_across_a_restart(tmp_path):
     assert again.by_key_hash(key_hash(key)).policy.request_terms is False
 
 
+def test_the_embedded_store_cuts_an_audit_record_a_crash_tore_and_keeps_the_rest(tmp_path):
+    EmbeddedTenantStore(tmp_path).write("app", _create("app", new_key()), None)
+    with (tmp_path / "tenant-audit.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"action": "rot')  # an append cut short by a crash: no newline
+    again = EmbeddedTenantStore(tmp_path)
+    assert [(r.action, r.tenant) for r in again.audit(10)] == [("create", "app")]
+    again.write("other", _create("other", new_key()), None)
+    assert [r.tenant for r in again.audit(10)] == ["other", "app"]
+
+
 def test_an_aborted_write_changes_nothing(tenant_store):
     tenant_store.write("app", _create("app", new_key()), None)
 

@@ -7,7 +7,7 @@ resubmission, as on the in-process vLLM engine (docs/design.md, "Engines and sca
 
     continuation:   POST /v1/completions {prompt: prompt + kept, stream, return_token_ids,
                                           logit_bias: standing ids -> -100, max_tokens: room}
-      each token -> GuardSession.accept: keep (release text) | rollback | finish
+      each token -> judge (guardrail.guard.verdict): keep (release text) | rollback | finish
     on a rollback:  close the stream (the upstream aborts the request), then
                     POST {prompt: prompt + kept, logit_bias: standing + the position's bans -> -100,
                           max_tokens: 1}               -- the re-pick at the rollback position
@@ -38,7 +38,8 @@ from guardrail.engines.base import EngineHealth, EngineUnavailable, check_reques
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 from guardrail.engines.remote.upstream import UpstreamInfo, check_upstream
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
-from guardrail.guard.session import FINISH, ROLLBACK, GuardSession
+from guardrail.guard.session import GuardSession
+from guardrail.guard.verdict import KEEP, judge, judge_end
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import GREEDY_TEMPERATURE, SamplingParams
@@ -79,6 +80,42 @@ class _Counters:
         self.cached_tokens = 0
         self.banned_at: dict[int, int] = {}
         self.started = time.perf_counter()
+
+
+class _Verdicts:
+    """The gateway's :class:`~guardrail.guard.verdict.VerdictHandler` for one generation.
+
+    Events are buffered, not yielded from here: the loop yields a keep's events at once and a rollback's or
+    a finish's only after it has closed the upstream stream (closing it is what aborts the upstream request).
+    A keep needs nothing (the upstream decodes on); a rollback needs nothing here either (the loop leaves
+    the stream and resubmits ``prompt + kept`` with the position's bans); a finish calls
+    :meth:`RemoteEngine._finish` (``GuardSession.finish`` with the gateway's counters).
+    """
+
+    __slots__ = ("counters", "engine", "events", "session")
+
+    def __init__(self, engine: RemoteEngine, session: GuardSession, counters: _Counters) -> None:
+        self.engine = engine
+        self.session = session
+        self.counters = counters
+        self.events: list[Event] = []
+
+    def emit(self, events: Sequence[Event]) -> None:
+        self.events.extend(events)
+
+    def on_keep(self, token_id: int, position: int) -> None:
+        pass
+
+    def on_rollback(self, position: int) -> None:
+        pass
+
+    def on_finish(self, reason: FinishReason) -> None:
+        self.events.extend(self.engine._finish(self.session, reason, self.counters))
+
+    def drain(self) -> list[Event]:
+        """The buffered events, in order; the buffer is emptied."""
+        events, self.events = self.events, []
+        return events
 
 
 class RemoteEngine:
@@ -170,6 +207,7 @@ class RemoteEngine:
     def _run(self, prompt: list[int], params: SamplingParams, session: GuardSession,
              cancel: threading.Event) -> Iterator[Event]:
         counters = _Counters()
+        verdicts = _Verdicts(self, session, counters)
         while True:
             if cancel.is_set():
                 yield from self._finish(session, "cancelled", counters)
@@ -186,15 +224,21 @@ class RemoteEngine:
                               counters.requests)
             counters.requests += 1
             counters.resubmissions += single
-            reason = yield from self._request(body, session, banned, cancel, counters, params)
+            reason = yield from self._request(body, session, verdicts, banned, cancel, counters, params)
+            yield from verdicts.drain()  # a rollback's or a verdict finish's events: the stream is closed now
             if reason is not None:
                 yield from self._finish(session, reason, counters)
                 return
+            if session.finished:  # the verdict finished it (through _Verdicts.on_finish)
+                return
 
-    def _request(self, body: dict[str, Any], session: GuardSession, banned: set[int], cancel: threading.Event,
-                 counters: _Counters, params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
-        """Stream one upstream request through the session. Returns (as the generator's value) the finish
-        reason, or ``None`` to send the next request (a rollback, a re-pick done, the upstream's length)."""
+    def _request(self, body: dict[str, Any], session: GuardSession, verdicts: _Verdicts, banned: set[int],
+                 cancel: threading.Event, counters: _Counters,
+                 params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
+        """Stream one upstream request through the session (:func:`~guardrail.guard.verdict.judge`). Returns
+        (as the generator's value) the reason of a finish the engine decides itself (cancel, timeout, the
+        banned-token budget), or ``None``: the next request (a rollback, a re-pick done, the upstream's
+        length) or, when ``session.finished``, the end (a verdict finish; its events wait in ``verdicts``)."""
         received = 0
         upstream_reason = None
         try:
@@ -213,13 +257,9 @@ class RemoteEngine:
                             token = int(token)
                             if token in banned or not 0 <= token < self.num_logits:
                                 return self._banned_returned(session, counters, params)  # closes the stream
-                            step = session.accept(token)
-                            yield from step.events
-                            if step.kind == ROLLBACK:
+                            if judge(session, token, verdicts) != KEEP:
                                 return None  # leaving the block closes the stream: the upstream aborts
-                            if step.kind == FINISH:
-                                assert step.finish_reason is not None, "a finish step carries its reason"
-                                return step.finish_reason
+                            yield from verdicts.drain()
                             if cancel.is_set():
                                 return "cancelled"
                             if time.perf_counter() - counters.started > params.timeout_s:
@@ -238,9 +278,8 @@ class RemoteEngine:
         if body["max_tokens"] == 1 or upstream_reason == "length":
             return None  # a re-pick done, or the upstream's own token limit: ask for the rest
         # The upstream ended the text where the session did not (its stop): the end-of-text rule applies.
-        step = session.end_of_text("stop" if upstream_reason == "stop" else "length")
-        yield from step.events
-        return None if step.kind == ROLLBACK else step.finish_reason
+        judge_end(session, verdicts, "stop" if upstream_reason == "stop" else "length")
+        return None
 
     def _banned_returned(self, session: GuardSession, counters: _Counters,
                          params: SamplingParams) -> FinishReason | None:

@@ -13,9 +13,9 @@ import threading
 import httpx
 import pytest
 
-from guardrail.engines.remote.engine import BAN_BIAS, RemoteEngine
+from guardrail.engines.remote.engine import BAN_BIAS, RemoteEngine, RemoteUsage
 from guardrail.engines.remote.upstream import UpstreamMismatch
-from guardrail.guard.events import Completion
+from guardrail.guard.events import Completion, Finish
 from guardrail.matching.cache import ArtefactCache
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import wordlist_from_terms
@@ -78,3 +78,23 @@ def test_an_upstream_with_another_tokenizer_is_refused(smollm2_tokenizer, smollm
     upstream = ScriptedUpstream(smollm2_tokenizer, [1], [2], tokenize_offset=1)
     with pytest.raises(UpstreamMismatch, match="tokenizer mismatch"):
         engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
+
+
+def test_an_eos_the_upstream_streams_finishes_through_the_verdict_once_with_the_gateway_usage(smollm2_tokenizer,
+                                                                                              smollm2_vocab):
+    base = smollm2_tokenizer.encode("Say it:", add_special_tokens=False)
+    text = smollm2_tokenizer.encode(" I am fine", add_special_tokens=False)
+    upstream = ScriptedUpstream(smollm2_tokenizer, base, [*text, smollm2_tokenizer.eos_token_id, *text])
+    engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
+    upstream.requests.clear()  # the start-up check's probe
+    try:
+        params = SamplingParams(temperature=0, max_tokens=16)
+        events = list(engine.stream(base, None, params, threading.Event()))
+    finally:
+        engine.close()
+    finishes = [e for e in events if isinstance(e, Finish)]
+    assert len(finishes) == 1 and events[-1] is finishes[0]  # GuardSession.finish ran once, its Finish is last
+    done = Completion.from_events(events)
+    # The EOS ends the text (judge -> on_finish): nothing after it is kept, one upstream request was enough.
+    assert (done.text, done.finish_reason) == (" I am fine", "stop")
+    assert isinstance(done.usage, RemoteUsage) and done.usage.requests == 1 and len(upstream.requests) == 1
