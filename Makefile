@@ -37,9 +37,10 @@ serve: install
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# Without the tests marked slow (those that load a real model; the rule is in tests/conftest.py). CI runs `make test`.
+# Without the tests marked slow (those that load a real model; the rule is in tests/conftest.py), on every core
+# (pytest-xdist). CI runs `make test`.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n auto $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/compile.py
