@@ -270,10 +270,10 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
     import statistics
     import uuid
 
-    from guardrail.matching import obfuscation_automaton
     from guardrail.matching.cache import ArtefactCache
     from guardrail.matching.combined import CombinedArtefact
     from guardrail.matching.compiler import compile_request_artefact
+    from guardrail.matching.obfuscation import automaton as obfuscation_automaton
     from guardrail.matching.token_matcher import TokenMatcher
     from guardrail.matching.token_text import TokenTextIndex
     from guardrail.matching.vocab import TokenVocab

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guardrail.matching.regex_automaton import MAX_REQUEST_REGEX_DFA_STATES, check_regex_terms
+from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES, check_regex_terms
 from guardrail.wordlists.wordlist import Term, WordList, WordListError, wordlist_from_terms
 from service.catalog import UnknownWordList
 from service.errors import ApiError

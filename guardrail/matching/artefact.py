@@ -32,10 +32,10 @@ from guardrail.matching.artefact_table import (
     StreamAutomaton,
 )
 from guardrail.matching.automaton import Automaton, StreamState
-from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton
-from guardrail.matching.obfuscation_nfa import ObfuscationNfa
-from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, RegexAutomaton
-from guardrail.matching.regex_tokens import continuing_tokens
+from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton
+from guardrail.matching.obfuscation.nfa import ObfuscationNfa
+from guardrail.matching.regex.automaton import MAX_REGEX_DFA_STATES, RegexAutomaton
+from guardrail.matching.regex.tokens import continuing_tokens
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.token_text import TokenTextIndex, token_difference, token_set
 from guardrail.matching.vocab import TokenVocab
@@ -290,7 +290,7 @@ class Artefact:
            completes it — that class is exact by construction and is taken without verification;
         3. a state ending inside a UTF-8 character: also the tokens that begin with a continuation byte.
 
-        Regex streams (:mod:`guardrail.matching.regex_tokens`): group 1 holds the tokens whose text has a
+        Regex streams (:mod:`guardrail.matching.regex.tokens`): group 1 holds the tokens whose text has a
         piece every match of a regex term must hold (verified); a match in progress is followed through the
         sorted token texts from the stream's DFA node, which yields exactly the tokens completing it (taken
         without verification, like the non-word class above).
@@ -370,7 +370,7 @@ class Artefact:
         """Tokens in which a match can begin and complete (a superset, from any state without pending bytes).
 
         Regex terms without a sweep add the tokens holding the pieces every match must hold
-        (:func:`~guardrail.matching.regex_tokens.inside_candidates`); with a sweep, only a regex stream whose
+        (:func:`~guardrail.matching.regex.tokens.inside_candidates`); with a sweep, only a regex stream whose
         matches may begin at a token's first character after a word character but not after a non-word
         one (``\\Bx``) needs them: the sweep reads each token after a non-word character."""
         found = self._start_candidates

@@ -5,8 +5,8 @@ is :class:`guardrail.matching.artefact.Artefact`, the class every caller uses.
 
 A state here is a tuple ``(utf8_pending_bytes, StreamState, ...)``; :class:`Artefact` interns them as ids.
 Streams: the plain terms of each case mode (one Aho–Corasick automaton each), then the regex terms of each
-case mode (one :class:`~guardrail.matching.regex_automaton.RegexAutomaton` each), then the obfuscation streams
-(one :class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton` per view: the terms whose
+case mode (one :class:`~guardrail.matching.regex.automaton.RegexAutomaton` each), then the obfuscation streams
+(one :class:`~guardrail.matching.obfuscation.automaton.ObfuscationAutomaton` per view: the terms whose
 obfuscation level is not ``off``, read as the reader sees the text; docs/matching.md, "Obfuscation"). A term
 with obfuscation is in its plain stream *and* in an obfuscation stream: either may report it.
 
@@ -24,10 +24,10 @@ import numpy as np
 
 from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState, symbol_pattern
 from guardrail.matching.obfuscation import ObfuscationLevel
-from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton, compile_obfuscation_stream
-from guardrail.matching.obfuscation_nfa import ObfuscatedTerm, ObfuscationNfa
-from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
-from guardrail.matching.regex_tokens import inside_candidates
+from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compile_obfuscation_stream
+from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
+from guardrail.matching.regex.automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
+from guardrail.matching.regex.tokens import inside_candidates
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.token_text import TokenTextIndex, token_set
 from guardrail.matching.vocab import TokenVocab
@@ -112,7 +112,7 @@ class ArtefactTable:
             :class:`~guardrail.matching.token_text.TokenTextIndex` (candidates by substring, each verified).
             Cost then grows with the terms, not with the vocab.
         regex_states: the DFA-node limit of each regex stream (lower for a request's terms:
-            :data:`~guardrail.matching.regex_automaton.MAX_REQUEST_REGEX_DFA_STATES`).
+            :data:`~guardrail.matching.regex.automaton.MAX_REQUEST_REGEX_DFA_STATES`).
         obfuscation_nfas: the NFAs of the obfuscation streams, in stream order, when read from a stored
             artefact (built from the terms otherwise).
 
@@ -125,7 +125,7 @@ class ArtefactTable:
 
     Raises:
         WordListError: the regex terms of a case mode need more automaton states than the limits allow
-            (:func:`~guardrail.matching.regex_automaton.compile_regex_stream`), naming the list and the term.
+            (:func:`~guardrail.matching.regex.automaton.compile_regex_stream`), naming the list and the term.
         ValueError: ``obfuscation_nfas`` does not have one NFA per obfuscation stream.
     """
 
@@ -356,7 +356,7 @@ class ArtefactTable:
         found: list[dict[int, frozenset[str]]] = []
         for stream, automaton in enumerate(self.automata):
             rests: dict[int, set[str]] = {}
-            if not isinstance(automaton, Automaton):  # regex streams: regex_tokens.continuing_tokens
+            if not isinstance(automaton, Automaton):  # regex streams: regex.tokens.continuing_tokens
                 found.append({})
                 continue
             for term, pattern in enumerate(self.patterns[stream]):

@@ -54,7 +54,7 @@ class StreamState(NamedTuple):
         prev_word: the last normalised character was a word character (start of text: False).
         prev_space: the last normalised character was a space (collapses whitespace runs).
         pending: ``(term_id, length_in_symbols)`` of substring occurrences an allow-term may still cover; in
-            an obfuscation stream, the state of its view (``obfuscation_view.ViewState``).
+            an obfuscation stream, the state of its view (``obfuscation.view.ViewState``).
     """
 
     node: int
@@ -79,7 +79,7 @@ class Automaton:
         ValueError: if a pattern is empty.
     """
 
-    #: Not a regex stream (:class:`guardrail.matching.regex_automaton.RegexAutomaton` has the same stepping API).
+    #: Not a regex stream (:class:`guardrail.matching.regex.automaton.RegexAutomaton` has the same stepping API).
     regex = False
 
     def __init__(self, patterns: Sequence[str], allowable: Sequence[bool], allow_patterns: Sequence[str],

@@ -19,8 +19,8 @@ import numpy as np
 
 from guardrail.matching.artefact import Artefact, RootSweep
 from guardrail.matching.obfuscation import Obfuscation
-from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton
-from guardrail.matching.obfuscation_nfa import ObfuscationNfa
+from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton
+from guardrail.matching.obfuscation.nfa import ObfuscationNfa
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode

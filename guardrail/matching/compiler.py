@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Sequence
 
 from guardrail.matching.artefact import Artefact
-from guardrail.matching.regex_automaton import MAX_REQUEST_REGEX_DFA_STATES
+from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES
 from guardrail.matching.term_spec import flatten, flatten_allows
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_digest
@@ -61,7 +61,7 @@ def compile_request_artefact(vocab: TokenVocab, wordlists: Sequence[WordList],
 
     Raises:
         WordListError: as :func:`compile_artefact`; regex terms get the lower automaton limit of request
-            terms (:data:`~guardrail.matching.regex_automaton.MAX_REQUEST_REGEX_DFA_STATES`).
+            terms (:data:`~guardrail.matching.regex.automaton.MAX_REQUEST_REGEX_DFA_STATES`).
     """
     terms, allows = flatten(wordlists)
     _check_terms(terms)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from guardrail.matching.normalize import normalize_term
 from guardrail.matching.obfuscation import OFF, Obfuscation, effective
-from guardrail.matching.regex_term import normalize_pattern
+from guardrail.matching.regex.term import normalize_pattern
 from guardrail.wordlists.regex_syntax import RegexError
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, WordListError, written_term
 
@@ -23,7 +23,7 @@ class TermSpec:
             term with its ``re:`` prefix, a literal text that would read as one with a backslash (``\\re:x``),
             so that reports tell them apart; any other term as written in its list.
         normalized: ``text`` after :func:`guardrail.matching.normalize.normalize_term`; for a regex term the
-            pattern over normalised text (:func:`guardrail.matching.regex_term.normalize_pattern`).
+            pattern over normalised text (:func:`guardrail.matching.regex.term.normalize_pattern`).
         match: ``word`` | ``prefix`` | ``substring``.
         case_sensitive: compared without case folding.
         regex: a regular-expression term.

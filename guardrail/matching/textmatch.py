@@ -6,7 +6,7 @@ This is the definition the decoder's automaton must agree with (tests compare th
 Regex terms are matched by their character-level DFA (:meth:`RegexAutomaton.scan`), in linear time: a
 backtracking engine such as Python's ``re`` is exponential on some bounded patterns (``(?:a{1,2}){1,25}b``
 takes ~55 s on 60 ``a``), which a ``/v1/check`` request could trigger with its own terms. Python's ``re``
-over the normalised text is the definition (:func:`guardrail.matching.regex_term.reference_pattern`), and the
+over the normalised text is the definition (:func:`guardrail.matching.regex.term.reference_pattern`), and the
 tests check this matcher and the token automaton against it (``tests/helpers/regex_oracle.py``).
 """
 
@@ -19,9 +19,9 @@ import ahocorasick
 
 from guardrail.matching.normalize import is_word_char, normalize_with_offsets
 from guardrail.matching.obfuscation import Obfuscation, ObfuscationLevel
-from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton, compile_obfuscation_stream
-from guardrail.matching.obfuscation_nfa import ObfuscatedTerm
-from guardrail.matching.regex_automaton import RegexAutomaton, compile_regex_stream
+from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compile_obfuscation_stream
+from guardrail.matching.obfuscation.nfa import ObfuscatedTerm
+from guardrail.matching.regex.automaton import RegexAutomaton, compile_regex_stream
 from guardrail.matching.term_spec import TermSpec, flatten
 from guardrail.wordlists.wordlist import MatchMode, WordList, with_obfuscation
 
@@ -73,7 +73,7 @@ class TextMatcher:
         wordlists: the lists to match; terms normalised as in :mod:`guardrail.matching.normalize`.
         obfuscation: the obfuscation level of the lists that set none (``None``: theirs, else ``off``); the
             obfuscated forms are read by the same automata the decoder steps
-            (:class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton`, over the text's view).
+            (:class:`~guardrail.matching.obfuscation.automaton.ObfuscationAutomaton`, over the text's view).
 
     Example:
         >>> from guardrail.wordlists.wordlist import wordlist_from_terms

@@ -177,7 +177,7 @@ class _CaseIndex:
 
     def sorted_texts(self) -> tuple[list[str], np.ndarray]:
         """The texts in sorted order and, alongside, ``int64`` token ids (built on first use, ~0.2 s for
-        Gemma 3: regex streams walk them as a trie, :mod:`guardrail.matching.regex_tokens`)."""
+        Gemma 3: regex streams walk them as a trie, :mod:`guardrail.matching.regex.tokens`)."""
         found = self._sorted
         if found is None:
             order = sorted(range(len(self.texts)), key=self.texts.__getitem__)

@@ -18,7 +18,7 @@ look-behind, conditional groups, atomic groups, possessive quantifiers, anchors,
 and patterns whose matches can be longer than :data:`MAX_REGEX_SPAN` characters.
 
 Pure syntax: the meaning over normalised text (case folding of literals and classes) and the automaton
-limits are checked by ``guardrail.matching.regex_term`` when a list is compiled.
+limits are checked by ``guardrail.matching.regex.term`` when a list is compiled.
 
 Why not a maintained parser from PyPI (issue 19; evaluated on the patterns the tests and docs accept): the
 contract is ``re``'s syntax *and meaning* — the reference text matcher runs ``re`` itself

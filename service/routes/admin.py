@@ -16,7 +16,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
-from guardrail.matching.regex_automaton import MAX_REGEX_DFA_STATES, check_regex_terms
+from guardrail.matching.regex.automaton import MAX_REGEX_DFA_STATES, check_regex_terms
 from guardrail.wordlists.wordlist import WordList, WordListError, parse_wordlist, wordlist_from_terms
 from service.auth import require_admin
 from service.deps import RuntimeDep

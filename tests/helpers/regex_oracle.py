@@ -17,7 +17,7 @@ import re
 from hypothesis import strategies as st
 
 from guardrail.matching.normalize import normalize
-from guardrail.matching.regex_term import reference_pattern
+from guardrail.matching.regex.term import reference_pattern
 from guardrail.wordlists.regex_syntax import match_lengths, parse_regex
 from guardrail.wordlists.wordlist import MatchMode
 

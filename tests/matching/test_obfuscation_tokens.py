@@ -13,8 +13,8 @@ from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.codec import decode_artefact, encode_artefact
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
-from guardrail.matching.obfuscation_automaton import ObfuscationAutomaton
-from guardrail.matching.obfuscation_nfa import ObfuscationNfa
+from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton
+from guardrail.matching.obfuscation.nfa import ObfuscationNfa
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation, wordlist_from_terms

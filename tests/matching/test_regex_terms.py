@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.normalize import normalize, normalize_with_offsets
-from guardrail.matching.regex_automaton import (
+from guardrail.matching.regex.automaton import (
     MAX_REGEX_DFA_STATES,
     MAX_REQUEST_REGEX_DFA_STATES,
     RegexAutomaton,
     check_regex_terms,
 )
-from guardrail.matching.regex_nfa import MAX_REGEX_NFA_STATES
-from guardrail.matching.regex_term import MAX_CLASS_RANGE_CODE_POINTS, normalize_pattern
+from guardrail.matching.regex.nfa import MAX_REGEX_NFA_STATES
+from guardrail.matching.regex.term import MAX_CLASS_RANGE_CODE_POINTS, normalize_pattern
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.wordlists.regex_syntax import MAX_REGEX_SPAN, RegexError, parse_regex
 from guardrail.wordlists.wordlist import (

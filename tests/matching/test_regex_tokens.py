@@ -22,7 +22,7 @@ from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.normalize import normalize, normalize_with_offsets
-from guardrail.matching.regex_term import normalize_pattern
+from guardrail.matching.regex.term import normalize_pattern
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.regex_syntax import RegexError, parse_regex

@@ -1,6 +1,6 @@
 """Thompson NFA of rewritten regex patterns, with word-boundary assertions as conditional epsilon moves.
 
-Built from the parse trees of :func:`guardrail.matching.regex_term.normalize_pattern` (which accepts only
+Built from the parse trees of :func:`guardrail.matching.regex.term.normalize_pattern` (which accepts only
 literals, ``.``, classes, groups, alternation, ``{m,n}``, ``\\b`` and ``\\B``). Bounded repetition is
 unrolled (``x{1,3}`` = ``x(?:x(?:x)?)?``), so the NFA has no cycle and every path from a start to an
 accept state reads at most ``MAX_REGEX_SPAN`` characters.
@@ -24,14 +24,14 @@ from guardrail.wordlists.regex_syntax import RegexError, parse_regex
 from guardrail.wordlists.wordlist import MatchMode
 
 #: NFA states one regex term may unroll to. The NFA's size bounds the work per character of the lazy
-#: determinisation and of the compile-time exploration (:mod:`guardrail.matching.regex_automaton`);
+#: determinisation and of the compile-time exploration (:mod:`guardrail.matching.regex.automaton`);
 #: a pattern of 256 characters with bounded repetitions stays far below it unless repetitions nest
 #: (``(?:a|b|c){1,100}`` unrolls to ~1,000 states; a class ``[abc]{1,100}`` to 200).
 MAX_REGEX_NFA_STATES = 4096
 
 #: Epsilon-move conditions. A context is ``2 * previous_is_word + next_is_word``. ``AFTER_NONWORD`` and
 #: ``BEFORE_NONWORD`` (the previous / the next character is not a word character) are the edges of an
-#: obfuscated form (:mod:`guardrail.matching.obfuscation_nfa`), whose first or last character may be a symbol.
+#: obfuscated form (:mod:`guardrail.matching.obfuscation.nfa`), whose first or last character may be a symbol.
 ALWAYS, BOUNDARY, NOT_BOUNDARY, EDGE, AFTER_NONWORD, BEFORE_NONWORD = range(6)
 
 _CATEGORY_SETS = {

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.charset import Alphabet
 from guardrail.matching.normalize import FoldedChars, is_word_char
-from guardrail.matching.regex_nfa import Nfa
+from guardrail.matching.regex.nfa import Nfa
 from guardrail.matching.term_spec import TermSpec, term_spec
 from guardrail.wordlists.regex_syntax import RegexError
 from guardrail.wordlists.wordlist import MatchMode, WordList, WordListError
@@ -67,7 +67,7 @@ class RegexAutomaton:
         max_states: the node limit: :data:`MAX_REGEX_DFA_STATES` (stored lists) or
             :data:`MAX_REQUEST_REGEX_DFA_STATES` (a request's terms).
         nfa: the NFA to determinise instead of the one of ``patterns`` (obfuscated terms:
-            :class:`~guardrail.matching.obfuscation_nfa.ObfuscationNfa`).
+            :class:`~guardrail.matching.obfuscation.nfa.ObfuscationNfa`).
 
     Raises:
         RegexError: too many NFA states for a term, or more than ``max_states`` DFA nodes

@@ -3,11 +3,11 @@
 One artefact holds up to four such streams, one per view (``spaced`` or not × ``markup`` or not), each with
 the case-insensitive terms whose effective level needs that view (``obfuscation.effective``). The DFA is
 the regex terms' subset construction over threads that count characters since their match began
-(:class:`~guardrail.matching.regex_automaton.RegexAutomaton`), so a node says exactly where the earliest
+(:class:`~guardrail.matching.regex.automaton.RegexAutomaton`), so a node says exactly where the earliest
 live form began (hold-back, ``depth``) and where a completed form began (rollback); the NFA comes from
-:class:`~guardrail.matching.obfuscation_nfa.ObfuscationNfa`. Symbols are the view's characters.
+:class:`~guardrail.matching.obfuscation.nfa.ObfuscationNfa`. Symbols are the view's characters.
 
-The stream state's ``pending`` field holds the :class:`~guardrail.matching.obfuscation_view.ViewState`: an
+The stream state's ``pending`` field holds the :class:`~guardrail.matching.obfuscation.view.ViewState`: an
 obfuscation stream is never "exact" in the root sweep (the view's state depends on what came before), so
 its root transitions are computed on first use like any other, and its ``completing_tokens`` are verified
 over the vocab (docs/matching.md, "Obfuscation").
@@ -23,10 +23,10 @@ from typing import cast
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.normalize import is_word_char
 from guardrail.matching.obfuscation import STRETCH_MARK, STRETCH_MARK_3
-from guardrail.matching.obfuscation_nfa import ObfuscatedTerm, ObfuscationNfa
-from guardrail.matching.obfuscation_view import START as VIEW_START
-from guardrail.matching.obfuscation_view import View, ViewState
-from guardrail.matching.regex_automaton import START_NODE, WORD_START_NODE, RegexAutomaton
+from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
+from guardrail.matching.obfuscation.view import START as VIEW_START
+from guardrail.matching.obfuscation.view import View, ViewState
+from guardrail.matching.regex.automaton import START_NODE, WORD_START_NODE, RegexAutomaton
 
 _MARKS = frozenset((STRETCH_MARK, STRETCH_MARK_3))
 

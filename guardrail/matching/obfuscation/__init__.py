@@ -78,7 +78,7 @@ EMPHASIS_CHARS = frozenset("*~_")
 #: double letter: "rapping" is not "raping", "bonner" not "boner".
 STRETCH_MARK, STRETCH_MARK_3 = "M", "N"
 
-DATA_PATH = Path(__file__).with_name("data") / "obfuscation.json"
+DATA_PATH = Path(__file__).parent.parent / "data" / "obfuscation.json"
 
 
 

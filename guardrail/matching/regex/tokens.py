@@ -25,8 +25,8 @@ from re import _constants as sre  # type: ignore[attr-defined]
 import numpy as np
 
 from guardrail.matching.normalize import is_word_char
-from guardrail.matching.regex_automaton import RegexAutomaton
-from guardrail.matching.regex_nfa import charset_of
+from guardrail.matching.regex.automaton import RegexAutomaton
+from guardrail.matching.regex.nfa import charset_of
 from guardrail.matching.token_text import TokenTextIndex, token_intersection, token_set
 from guardrail.wordlists.regex_syntax import parse_regex
 

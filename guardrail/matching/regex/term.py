@@ -23,7 +23,7 @@ plain-term rule (a boundary only where the term's edge character is a word chara
 
 :func:`reference_pattern` is the definition in Python ``re`` syntax; the tests run it with ``re`` as the
 oracle (``tests/helpers/regex_oracle.py``) for the text matcher and the token automaton, which both run the
-character-level DFA of :mod:`guardrail.matching.regex_automaton` (linear time; see
+character-level DFA of :mod:`guardrail.matching.regex.automaton` (linear time; see
 :mod:`guardrail.matching.textmatch` on why not ``re`` itself).
 """
 

@@ -1,8 +1,8 @@
 """The NFA of obfuscated terms: per term position a class of characters, real letters counted.
 
-Built for :class:`~guardrail.matching.obfuscation_automaton.ObfuscationAutomaton`, whose subset construction
-(:class:`~guardrail.matching.regex_automaton.RegexAutomaton`) tracks where each match began, exactly as for
-regex terms. The text it reads is the stream's view (:mod:`guardrail.matching.obfuscation_view`): look-alike
+Built for :class:`~guardrail.matching.obfuscation.automaton.ObfuscationAutomaton`, whose subset construction
+(:class:`~guardrail.matching.regex.automaton.RegexAutomaton`) tracks where each match began, exactly as for
+regex terms. The text it reads is the stream's view (:mod:`guardrail.matching.obfuscation.view`): look-alike
 letters already folded, spaced runs joined, runs of three or more letters read as two, markup dropped.
 
 A term's character ``c`` (homoglyph-folded) is read as
@@ -46,7 +46,7 @@ from guardrail.matching.obfuscation import (
     data,
     fold_homoglyph,
 )
-from guardrail.matching.regex_nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
+from guardrail.matching.regex.nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
 from guardrail.wordlists.wordlist import MatchMode
 
 
