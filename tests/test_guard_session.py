@@ -217,7 +217,9 @@ def test_finish_reports_the_guards_time_per_step_measured_on_one_step_in_sixteen
                                                                                   monkeypatch):
     import guardrail.guard.session as session_module
 
-    assert session(hello, smollm2_vocab).finish("length")[-1].usage.guard_step_seconds is None  # nothing judged
+    one = session(hello, smollm2_vocab)
+    one.accept(tok(" hi"))  # the first step pays one-time set-up: never timed
+    assert one.finish("length")[-1].usage.guard_step_seconds is None
     calls = []
 
     def clock() -> int:  # every timed step (a start and an end reading) lasts 3000 ns by this clock
@@ -226,7 +228,7 @@ def test_finish_reports_the_guards_time_per_step_measured_on_one_step_in_sixteen
 
     s = session(hello, smollm2_vocab, max_tokens=100)
     monkeypatch.setattr(session_module.time, "perf_counter_ns", clock)
-    for _ in range(session_module.GUARD_TIMING_EVERY + 1):  # steps 1 and 17 are timed
+    for _ in range(session_module.GUARD_TIMING_EVERY + 2):  # steps 2 and 18 are timed
         assert s.accept(tok(" hi")).kind == KEEP
     monkeypatch.undo()
     assert len(calls) == 4

@@ -66,8 +66,8 @@ class Usage:
             a kept token later rolled back still counts).
         guard_step_seconds: the guard's mean wall time, in seconds, to judge one token
             (:meth:`GuardSession.accept <guardrail.guard.session.GuardSession.accept>`), measured on a sample of
-            the steps (the first, then one in :data:`~guardrail.guard.session.GUARD_TIMING_EVERY`) so that
-            timing costs nothing measurable; ``None`` when no token was judged.
+            the steps (the second, then one in :data:`~guardrail.guard.session.GUARD_TIMING_EVERY`) so that
+            timing costs nothing measurable; ``None`` when fewer than two tokens were judged.
     """
 
     prompt_tokens: int
