@@ -12,7 +12,8 @@ from vllm.v1.metrics import buckets as vllm_buckets  # noqa: E402
 
 from service import metrics  # noqa: E402
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+# The repository root, wherever this module sits under tests/.
+DOC = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file()) / "docs" / "metrics.md"
 
 
 def test_the_latency_buckets_are_vllms():
