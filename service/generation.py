@@ -445,7 +445,7 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
         if first is None:  # cancelled while queued: the client is gone, nobody reads this
             raise ApiError(499, "client closed the request", code="cancelled")
         if prepared.stream:
-            ttft = runtime.metrics.time_to_first_token.labels(endpoint)
+            ttft = runtime.metrics.time_to_first_token.labels(endpoint, runtime.metrics.model_name)
             stream = (streamer or _sse)(first, events, shape, completion, prepared,
                                         lambda: ttft.observe(time.perf_counter() - started), job)
             streaming = True

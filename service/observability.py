@@ -39,7 +39,7 @@ class ObservabilityMiddleware:
     Args:
         app: the wrapped ASGI app.
         metrics: ``guardrail_requests_total``, ``guardrail_request_duration_seconds`` (both by ``tenant`` too:
-            :mod:`service.tenants.labels`), ``guardrail_inflight_requests``.
+            :mod:`service.tenants.labels`), ``guardrail_inflight_requests`` (not /metrics and the probes).
     """
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
@@ -64,11 +64,15 @@ class ObservabilityMiddleware:
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
             await send(message)
 
-        self.metrics.inflight_requests.inc()
+        # Scrapes and probes are not load: counted, they would make the gauge read 1 on an idle replica.
+        inflight = scope.get("path") not in _QUIET_ENDPOINTS
+        if inflight:
+            self.metrics.inflight_requests.inc()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self.metrics.inflight_requests.dec()
+            if inflight:
+                self.metrics.inflight_requests.dec()
             endpoint = _endpoint(scope)
             seconds = time.perf_counter() - started
             # Set by the /v1 routes' client dependency (service.auth.require_client); never the key itself.

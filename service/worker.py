@@ -28,7 +28,7 @@ from guardrail.guard.events import Event, Finish, Rollback, TextDelta
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList
 from service.heartbeat import Heartbeats, Stall
-from service.metrics import ServiceMetrics
+from service.metrics import ALL_CANDIDATES_BANNED, ServiceMetrics
 from service.settings import WATCHDOG_GRACE_S
 
 log = logging.getLogger("guardrail.service.worker")
@@ -274,7 +274,7 @@ class GenerationWorker:
                 raise QueueFull(self._retry_after_s)
             self._admitted += 1
             self._jobs.add(job)
-            self._metrics.queue_depth.set(self._admitted - self._running)
+            self._metrics.set_worker_load(self._running, self._admitted - self._running)
         self._queue.put(job)
         return job
 
@@ -286,7 +286,7 @@ class GenerationWorker:
                 return
             with self._lock:
                 self._running += 1
-                self._metrics.queue_depth.set(self._admitted - self._running)
+                self._metrics.set_worker_load(self._running, self._admitted - self._running)
             self.heartbeats.busy(name)
             try:
                 self._run(job)
@@ -296,7 +296,7 @@ class GenerationWorker:
                     self._running -= 1
                     self._admitted -= 1
                     self._jobs.discard(job)
-                    self._metrics.queue_depth.set(self._admitted - self._running)
+                    self._metrics.set_worker_load(self._running, self._admitted - self._running)
 
     def _run(self, job: Job) -> None:
         job.running.set()
@@ -350,11 +350,17 @@ class GenerationWorker:
             job.emit(_End(error=str(exc), rejected=True))
             return None
         first_text_at: float | None = None
+        last_text_at: float | None = None
         thread = threading.current_thread().name
         for event in itertools.chain([first] if first is not None else [], stream):
             self.heartbeats.beat(thread)
-            if first_text_at is None and isinstance(event, TextDelta) and event.text:
-                first_text_at = time.perf_counter()
+            if isinstance(event, TextDelta) and event.text:
+                now = time.perf_counter()
+                if last_text_at is None:
+                    first_text_at = now
+                else:  # vLLM's inter-token latency: between successive outputs of one request
+                    self._metrics.inter_token_latency.observe(now - last_text_at)
+                last_text_at = now
             self._record(event, first_text_at)
             if isinstance(event, Finish):
                 if event.reason != "cancelled":  # after a cancel nobody reads the choice
@@ -367,6 +373,7 @@ class GenerationWorker:
         metrics = self._metrics
         if isinstance(event, Rollback):
             metrics.rollbacks.labels(event.list_name).inc()
+            metrics.rollback_discarded_tokens.labels(event.list_name).inc(event.tokens_discarded)
             if event.escalated:
                 metrics.escalations.labels(event.list_name).inc()
             if event.evasion:
@@ -379,8 +386,18 @@ class GenerationWorker:
             metrics.draft_tokens.inc(usage.draft_tokens)
             metrics.accepted_draft_tokens.inc(usage.accepted_draft_tokens)
             if first_text_at is not None and usage.completion_tokens > 1:  # vLLM: decode time / (tokens - 1)
-                metrics.time_per_output_token.observe(
+                metrics.request_time_per_output_token.observe(
                     (time.perf_counter() - first_text_at) / (usage.completion_tokens - 1))
-            metrics.generated_tokens.inc(usage.completion_tokens)
+            metrics.generation_tokens.inc(usage.completion_tokens)
             metrics.forward_passes.inc(usage.forward_passes)
             metrics.reprefills.inc(usage.reprefills)
+            if event.reason == "cancelled":  # nobody reads the choice: not a request vLLM would count as done
+                return
+            metrics.request_success.labels(metrics.model_name, event.reason).inc()
+            metrics.request_prompt_tokens.observe(usage.prompt_tokens)
+            metrics.request_generation_tokens.observe(usage.completion_tokens)
+            metrics.request_rollbacks.observe(usage.rollbacks)
+            if usage.guard_step_seconds is not None:
+                metrics.guard_step.observe(usage.guard_step_seconds)
+            if event.reason == "content_filter":
+                metrics.content_filter_finishes.labels(event.filtered_by or ALL_CANDIDATES_BANNED).inc()

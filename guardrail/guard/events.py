@@ -58,10 +58,16 @@ class Usage:
         reprefills: rollbacks that rebuilt the KV cache from scratch because it could not crop.
         seconds: wall time of the generation.
         cached_tokens: prompt tokens served from the engine's prefix cache instead of prefilled (OpenAI's
-            ``prompt_tokens_details.cached_tokens``; on vLLM summed over all submissions).
+            ``prompt_tokens_details.cached_tokens``), at most ``prompt_tokens`` on every engine: on vLLM and
+            the gateway those of the first submission (a rollback's resubmission reads its prompt from the cache
+            again; vLLM's ``VLLMUsage.prefill_tokens`` counts the work of every submission).
         draft_tokens: tokens drafted and verified in a forward pass (speculative decoding).
         accepted_draft_tokens: of those, the ones the decode loop picked (kept without a pass of their own;
             a kept token later rolled back still counts).
+        guard_step_seconds: the guard's mean wall time, in seconds, to judge one token
+            (:meth:`GuardSession.accept <guardrail.guard.session.GuardSession.accept>`), measured on a sample of
+            the steps (the second, then one in :data:`~guardrail.guard.session.GUARD_TIMING_EVERY`) so that
+            timing costs nothing measurable; ``None`` when fewer than two tokens were judged.
     """
 
     prompt_tokens: int
@@ -73,6 +79,7 @@ class Usage:
     cached_tokens: int = 0
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    guard_step_seconds: float | None = None
 
 
 @dataclass(frozen=True)

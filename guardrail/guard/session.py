@@ -61,6 +61,12 @@ KEEP: StepKind = "keep"
 ROLLBACK: StepKind = "rollback"
 FINISH: StepKind = "finish"
 
+#: :meth:`GuardSession.accept` times its second step and then one step in this many (``Usage.guard_step_seconds``):
+#: two ``perf_counter_ns`` calls cost ~0.1 us, a few per cent of a ~3 us step if every step were timed
+#: (docs/benchmarks.md, "guard per token"); one in 16 makes it ~0.2 %. Not the first step: it pays one-time
+#: set-up (milliseconds measured on the gateway), which would swamp a short answer's mean.
+GUARD_TIMING_EVERY = 16
+
 _NO_IDS = np.zeros(0, dtype=np.int64)
 #: ``{vocab fingerprint: {byte value: id of a token holding exactly that byte}}`` (one entry per tokenizer).
 _BYTE_TOKENS: dict[str, dict[int, int]] = {}
@@ -295,6 +301,9 @@ class GuardSession(GuardState):
         self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
         self._filtered_by: str | None = None  # the list of the term that spent the rollback budget
         self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
+        self._steps = 0  # accept() calls; the timed ones are a sample (GUARD_TIMING_EVERY)
+        self._timed_steps = 0
+        self._timed_ns = 0
 
     @classmethod
     def from_params(cls, artefact: ArtefactLike | None, vocab: TokenVocab, params: SamplingParams, *,
@@ -358,6 +367,16 @@ class GuardSession(GuardState):
         Raises:
             RuntimeError: after :meth:`finish`.
         """
+        self._steps += 1
+        if self._steps % GUARD_TIMING_EVERY != 2:
+            return self._accept(token_id)
+        started = time.perf_counter_ns()
+        step = self._accept(token_id)
+        self._timed_ns += time.perf_counter_ns() - started
+        self._timed_steps += 1
+        return step
+
+    def _accept(self, token_id: int) -> Step:
         if self._finished:
             raise RuntimeError("the session already finished")
         if token_id in self.eos_ids:
@@ -450,6 +469,7 @@ class GuardSession(GuardState):
             cached_tokens=cached_tokens,
             draft_tokens=draft_tokens,
             accepted_draft_tokens=accepted_draft_tokens,
+            guard_step_seconds=self._timed_ns / self._timed_steps / 1e9 if self._timed_steps else None,
         )
         filtered_by = self._filtered_by if reason == "content_filter" else None
         done = Finish(reason, text.text, usage, tuple(self._tokens), filtered_by)

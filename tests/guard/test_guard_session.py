@@ -211,3 +211,25 @@ def test_substring_terms_inside_one_token_are_always_banned(smollm2_vocab, tok):
     artefact = compile_artefact(smollm2_vocab, [wordlist_from_terms([Term("ell", MatchMode.SUBSTRING)])])
     s = GuardSession(artefact, smollm2_vocab)
     assert tok(" hello") in s.always_banned and tok(" hello") in s.banned_ids()
+
+
+def test_finish_reports_the_guards_time_per_step_measured_on_one_step_in_sixteen(hello, smollm2_vocab, tok,
+                                                                                  monkeypatch):
+    import guardrail.guard.session as session_module
+
+    one = session(hello, smollm2_vocab)
+    one.accept(tok(" hi"))  # the first step pays one-time set-up: never timed
+    assert one.finish("length")[-1].usage.guard_step_seconds is None
+    calls = []
+
+    def clock() -> int:  # every timed step (a start and an end reading) lasts 3000 ns by this clock
+        calls.append(None)
+        return 3000 * len(calls)
+
+    s = session(hello, smollm2_vocab, max_tokens=100)
+    monkeypatch.setattr(session_module.time, "perf_counter_ns", clock)
+    for _ in range(session_module.GUARD_TIMING_EVERY + 2):  # steps 2 and 18 are timed
+        assert s.accept(tok(" hi")).kind == KEEP
+    monkeypatch.undo()
+    assert len(calls) == 4
+    assert s.finish("length")[-1].usage.guard_step_seconds == pytest.approx(3e-6)

@@ -55,6 +55,8 @@ ALERT_NAMES = {
     "GuardrailTimeToFirstTokenP99High",
     "GuardrailStoreDataLost",
     "GuardrailHigh5xxRate",
+    "GuardrailRollbackBudgetPressure",
+    "GuardrailGuardStepSlow",
 }
 
 
@@ -867,7 +869,7 @@ def rules_file() -> dict:
     return yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
 
 
-def test_alert_rules_file_holds_the_six_alerts():
+def test_alert_rules_file_holds_the_eight_alerts():
     alerts = {rule["alert"] for group in rules_file()["groups"] for rule in group["rules"]}
     assert alerts == ALERT_NAMES
 
@@ -996,11 +998,17 @@ def test_dashboard_queries_are_valid_promql_filtered_by_the_variables(tools, tmp
         ("Errors by endpoint and status", 'status=~"4..|5.."'),
         ("Request duration percentiles", "histogram_quantile(0.99, sum by (endpoint, le) (rate(guardrail_request_duration_seconds_bucket"),
         ("Time to first token percentiles", "histogram_quantile(0.99, sum by (endpoint, le) (rate(guardrail_time_to_first_token_seconds_bucket"),
-        ("Tokens per second", "rate(guardrail_generated_tokens_total"),
+        ("Tokens per second", "rate(guardrail_generation_tokens_total"),
         ("Rollbacks by list", "sum by (list) (rate(guardrail_rollbacks_total"),
         ("Queue time and end-to-end latency", "rate(guardrail_request_queue_time_seconds_bucket"),
         ("Queue time and end-to-end latency", "rate(guardrail_e2e_request_latency_seconds_bucket"),
-        ("Time per output token percentiles", "rate(guardrail_time_per_output_token_seconds_bucket"),
+        ("Time per output token percentiles", "rate(guardrail_request_time_per_output_token_seconds_bucket"),
+        ("Inter-token latency percentiles", "rate(guardrail_inter_token_latency_seconds_bucket"),
+        ("Queue depth and in-flight requests", "guardrail_num_requests_running"),
+        ("Rollbacks per choice", "rate(guardrail_request_rollbacks_bucket"),
+        ("Tokens discarded by rollbacks", "sum by (list) (rate(guardrail_rollback_discarded_tokens_total"),
+        ("Guard time per step", "rate(guardrail_guard_step_seconds_bucket"),
+        ("content_filter finishes by list", "sum by (list) (rate(guardrail_content_filter_finishes_total"),
         ("Versions and models", "guardrail_build_info"),
         ("Store data losses", "guardrail_store_resets_total"),
         ("Artefact cache hit ratio by layer", "sum by (layer) (rate(guardrail_artefact_cache_lookups_total"),

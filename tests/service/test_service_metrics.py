@@ -61,20 +61,35 @@ def test_a_known_sequence_of_requests_is_counted_exactly(service):
     reasons = {"stop", "length"}
     assert sum(grew("guardrail_finishes_total", reason=r) for r in reasons) == 2
     tokens = chat["usage"]["completion_tokens"] + streamed_usage["completion_tokens"]
-    assert grew("guardrail_generated_tokens_total") == tokens
+    assert grew("guardrail_generation_tokens_total", model_name=MODEL) == tokens
     passes = chat["usage"]["forward_passes"] + streamed_usage["forward_passes"]
     assert grew("guardrail_forward_passes_total") == passes
     assert grew("guardrail_rollbacks_total", list="request") == streamed_usage["rollbacks"] >= 1
     prompts = chat["usage"]["prompt_tokens"] + streamed_usage["prompt_tokens"]
-    assert grew("guardrail_prompt_tokens_total") == prompts
-    assert grew("guardrail_request_queue_time_seconds_count") == 2
-    assert grew("guardrail_e2e_request_latency_seconds_count") == 2
-    assert grew("guardrail_time_per_output_token_seconds_count") >= 1  # choices with 2+ tokens after text
+    assert grew("guardrail_prompt_tokens_total", model_name=MODEL) == prompts
+    assert grew("guardrail_request_queue_time_seconds_count", model_name=MODEL) == 2
+    assert grew("guardrail_e2e_request_latency_seconds_count", model_name=MODEL) == 2
+    assert grew("guardrail_request_time_per_output_token_seconds_count") >= 1  # choices with 2+ tokens after text
+    # vLLM's per-request histograms: one observation per choice, summing to the answers' usage.
+    assert grew("guardrail_request_prompt_tokens_count", model_name=MODEL) == 2
+    assert grew("guardrail_request_prompt_tokens_sum", model_name=MODEL) == prompts
+    assert grew("guardrail_request_generation_tokens_sum", model_name=MODEL) == tokens
+    assert sum(grew("guardrail_request_success_total", model_name=MODEL, finished_reason=r) for r in reasons) == 2
+    assert grew("guardrail_inter_token_latency_seconds_count", model_name=MODEL) >= 1  # the streamed answer's deltas
+    # The guard's own: rollbacks per choice, the tokens they dropped, the guard's time per step.
+    rollbacks = chat["usage"]["rollbacks"] + streamed_usage["rollbacks"]
+    assert grew("guardrail_request_rollbacks_count") == 2
+    assert grew("guardrail_request_rollbacks_sum") == rollbacks
+    assert grew("guardrail_rollback_discarded_tokens_total", list="request") >= 1  # " Paris" was generated first
+    assert grew("guardrail_guard_step_seconds_count") == 2  # both choices judged tokens
+    assert grew("guardrail_guard_step_seconds_sum") > 0
     lookups = sum(grew("guardrail_artefact_cache_lookups_total", layer=layer)
                   for layer in ("memory", "redis", "disk", "compile"))
     assert lookups == 2  # one artefact lookup per generation
-    assert metric(after, "guardrail_inflight_requests") == 1  # the scrape itself
+    assert metric(after, "guardrail_inflight_requests") == 0  # the scrape itself is not counted
     assert metric(after, "guardrail_queue_depth") == 0
+    assert metric(after, "guardrail_num_requests_waiting", model_name=MODEL) == 0
+    assert metric(after, "guardrail_num_requests_running", model_name=MODEL) == 0
     assert metric(after, "guardrail_wordlist_version", list="en") >= 1
 
 
@@ -111,3 +126,23 @@ def test_time_to_first_token_buckets_reach_past_two_minutes(service):
     bounds = [float(b) for b in re.findall(r'guardrail_time_to_first_token_seconds_bucket\{[^}]*le="([0-9.e+]+)"',
                                            service.metrics())]
     assert max(bounds) >= 120  # waits of 63 s were measured; the old buckets ended at 30 s
+
+
+def test_a_spent_rollback_budget_is_counted_by_the_list_that_spent_it(service):
+    """``max_rollbacks: 0`` and "Paris" banned: the first hit ends the choice with content_filter, blamed on the
+    request's own list (``filtered_by``), counted once by list and once as a vLLM-style success."""
+    before = service.metrics()
+    answer = service.chat("What is the capital of France?", banned_terms=["Paris"], max_rollbacks=0).json()
+    after = service.metrics()
+    assert answer["choices"][0]["finish_reason"] == "content_filter"
+    assert answer["choices"][0]["guardrail"]["filtered_by"] == "request"
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert grew("guardrail_content_filter_finishes_total", list="request") == 1
+    assert grew("guardrail_request_success_total", model_name=MODEL, finished_reason="content_filter") == 1
+    # The hit that spends the budget cuts the answer instead of rolling back: usage.rollbacks counts it, the
+    # rollback counter does not, the content_filter counter does.
+    assert grew("guardrail_rollbacks_total", list="request") == 0
+    assert grew("guardrail_request_rollbacks_sum") == answer["usage"]["rollbacks"] == 1

@@ -246,8 +246,9 @@ class RemoteEngine:
                 for chunk in chunks:
                     counters.chunks += bool(chunk.get("choices"))  # one decode step each (the usage chunk: none)
                     usage = chunk.get("usage") or {}
-                    counters.cached_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-                                                  or 0)
+                    if usage and counters.requests == 1:  # the prompt as the client sent it, as on every engine
+                        counters.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+                                                     or 0)
                     for choice in chunk.get("choices") or ():
                         ids = choice.get("token_ids")
                         if ids is None:
@@ -332,7 +333,7 @@ class RemoteEngine:
         usage = RemoteUsage(**asdict(last.usage), requests=counters.requests,
                             resubmissions=counters.resubmissions, banned_returned=counters.banned_returned)
         yield from rest
-        yield Finish(last.reason, last.text, usage, last.token_ids)
+        yield Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)
 
     def _probe(self) -> None:
         while not self._stopped.wait(self._health_interval_s):

@@ -87,7 +87,8 @@ class _Job:
         self.events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
         self.request_id: str | None = None
         self.submissions = 0
-        self.cached_tokens = 0
+        self.cached_tokens = 0  # over all submissions (what was not prefilled)
+        self.prompt_cached_tokens = 0  # of the first submission: the prompt's (Usage.cached_tokens)
         self.cached_for: str | None = None
         self.submitted_tokens = 0
         self.steps = 0
@@ -364,6 +365,8 @@ class VLLMDriver:
 
     def _on_output(self, job: _Job, output) -> None:
         if job.cached_for != output.request_id:  # reported with every output; counted once per submission
+            if job.cached_for is None:  # the first submission: the prompt as the client sent it
+                job.prompt_cached_tokens = output.num_cached_tokens or 0
             job.cached_for = output.request_id
             job.cached_tokens += output.num_cached_tokens or 0
         job.steps += 1
@@ -400,7 +403,7 @@ class VLLMDriver:
                                     seconds=time.perf_counter() - job.started)
         *rest, last = events
         assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
-        usage = VLLMUsage(**{**asdict(last.usage), "cached_tokens": job.cached_tokens},
+        usage = VLLMUsage(**{**asdict(last.usage), "cached_tokens": job.prompt_cached_tokens},
                           resubmissions=max(0, job.submissions - 1),
                           prefill_tokens=job.submitted_tokens - job.cached_tokens)
         self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)))

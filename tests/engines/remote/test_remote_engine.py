@@ -25,8 +25,10 @@ class ScriptedUpstream:
     """Decodes ``script`` after any prompt that starts with ``base`` (the kept tokens continue it), whatever
     the request's ``logit_bias``; records every completion request."""
 
-    def __init__(self, tokenizer, base: list[int], script: list[int], tokenize_offset: int = 0) -> None:
+    def __init__(self, tokenizer, base: list[int], script: list[int], tokenize_offset: int = 0,
+                 cached_tokens: int | None = None) -> None:
         self.tokenizer, self.base, self.script, self.offset = tokenizer, base, script, tokenize_offset
+        self.cached_tokens = cached_tokens  # when set, each stream ends with a usage chunk reporting this many
         self.requests: list[dict] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -42,6 +44,10 @@ class ScriptedUpstream:
         lines = [f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [t], 'finish_reason': None}]})}"
                  for t in tokens]
         lines.append(f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [], 'finish_reason': 'length'}]})}")
+        if self.cached_tokens is not None:
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(tokens),
+                     "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+            lines.append(f"data: {json.dumps({'choices': [], 'usage': usage})}")
         return httpx.Response(200, text="\n\n".join([*lines, "data: [DONE]", ""]),
                               headers={"content-type": "text/event-stream"})
 
@@ -72,6 +78,23 @@ def test_a_banned_token_the_upstream_returns_anyway_is_never_kept(smollm2_tokeni
     # Each re-pick resubmits prompt + kept tokens with the position's ban as logit_bias, one token at a time.
     assert repicks and all(r["prompt"] == base + script[:sorry_at] and r["logit_bias"][first] == BAN_BIAS
                            for r in repicks)
+
+
+def test_a_spent_budget_names_the_list_of_its_term(smollm2_tokenizer, smollm2_vocab):
+    """``max_rollbacks: 0`` ends at the first hit with content_filter, blamed on the term's list (the
+    ``filtered_by`` the service counts by list), as on the other engines."""
+    base = smollm2_tokenizer.encode("Say it:", add_special_tokens=False)
+    script = smollm2_tokenizer.encode(" I am sorry about that", add_special_tokens=False)
+    engine = engine_for(ScriptedUpstream(smollm2_tokenizer, base, script), smollm2_tokenizer, smollm2_vocab)
+    artefact = ArtefactCache(cache_dir=None).get_with_request(
+        smollm2_vocab, [], [wordlist_from_terms(["sorry"], name="apology")])
+    try:
+        cut = list(engine.stream(base, artefact, SamplingParams(temperature=0, max_tokens=16, max_rollbacks=0),
+                                 threading.Event()))[-1]
+    finally:
+        engine.close()
+    assert cut.reason == "content_filter" and cut.filtered_by == "apology" and cut.text == " I am"
+    assert cut.usage.guard_step_seconds is not None  # two tokens judged before the hit
 
 
 def test_an_upstream_with_another_tokenizer_is_refused(smollm2_tokenizer, smollm2_vocab):

@@ -85,6 +85,11 @@ def test_a_rollback_leaves_a_concurrent_request_unchanged(driver, chat_ids):
     events = run_all(driver, [(hitting, {"banned_terms": ["sorry"], "params": params}), (other, {"params": params})])
     assert any(isinstance(e, Rollback) for e in events[0]) and events[0][-1].usage.resubmissions >= 1
     assert events[1][-1].token_ids == alone.token_ids
+    # A resubmission reads prompt + kept tokens from the prefix cache: that is work saved (prefill_tokens), not
+    # the prompt's cache hit, which the usage reports as every engine does (at most the prompt).
+    usage = events[0][-1].usage
+    assert usage.cached_tokens <= usage.prompt_tokens
+    assert usage.prefill_tokens < (usage.resubmissions + 1) * usage.prompt_tokens  # the resubmissions hit the cache
 
 
 def test_greedy_matches_the_embedded_engine_on_no_hit_prompts(driver, chat_ids):

@@ -35,13 +35,24 @@ def test_the_service_on_vllm_streams_a_guarded_answer(tmp_path):
                 text += choice.delta.content or ""
                 assert verifier.scan(text) == [], text  # ...and no streamed prefix shows it
         assert text and usage.model_extra["rollbacks"] >= 1
+        # The metrics count what the answers' usage says, as on the embedded engine (tests/test_service_metrics.py).
+        scraped = server.metrics()
+        kept = plain.usage.completion_tokens + usage.completion_tokens
+        assert metric(scraped, "guardrail_generation_tokens_total", model_name=MODEL) == kept
+        assert metric(scraped, "guardrail_request_generation_tokens_sum", model_name=MODEL) == kept
+        assert metric(scraped, "guardrail_prompt_tokens_total", model_name=MODEL) == (
+            plain.usage.prompt_tokens + usage.prompt_tokens)
+        assert metric(scraped, "guardrail_request_rollbacks_sum") == usage.model_extra["rollbacks"]
+        assert metric(scraped, "guardrail_rollbacks_total", list="request") == usage.model_extra["rollbacks"]
+        assert metric(scraped, "guardrail_guard_step_seconds_count") == 2
+        assert metric(scraped, "guardrail_prompt_cached_tokens_total") <= metric(
+            scraped, "guardrail_prompt_tokens_total", model_name=MODEL)
         # ...and both answers came from vLLM: the embedded engine's batch loop observes every decode step in
         # guardrail_batch_size, and on vLLM it is not built. vLLM's own families are on /metrics beside ours,
         # counting the tokens of both requests and of the rollback's resubmissions.
-        exposition = server.metrics()
-        assert metric(exposition, "guardrail_batch_size_count") == 0
-        assert metric_total(exposition, "vllm:request_success_total") >= 2
-        assert metric_total(exposition, "vllm:generation_tokens_total") >= usage.completion_tokens
-        assert "vllm:kv_cache_usage_perc" in exposition
+        assert metric(scraped, "guardrail_batch_size_count") == 0
+        assert metric_total(scraped, "vllm:request_success_total") >= 2
+        assert metric_total(scraped, "vllm:generation_tokens_total") >= kept
+        assert "vllm:kv_cache_usage_perc" in scraped
     finally:
         server.stop()
