@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TypeGuard
 
+from guardrail.grammar.format import StructuredOutput
 from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard, check_evasion_guard
 
 #: The watermark's default hashing key: transformers' default (the millionth prime). A deployment should pass
@@ -84,6 +85,9 @@ class SamplingParams:
         speculative: let the engine draft tokens (prompt lookup) and verify them in one forward pass, when
             it has speculation on (:mod:`guardrail.engines.drafting`); the output is the same either way
             (greedy: token for token; seeded sampling: draw for draw), only the speed differs.
+        response_format: the answer must be JSON (:class:`~guardrail.grammar.format.StructuredOutput`;
+            OpenAI's ``response_format`` object is accepted and parsed); ``None``: free text. Only the
+            transformers engine implements it (docs/structured-output.md).
 
     Raises:
         ValueError: on construction, naming the field and the bad value.
@@ -113,6 +117,7 @@ class SamplingParams:
     timeout_s: float = 60.0
     evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD
     speculative: bool = True
+    response_format: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
@@ -175,6 +180,11 @@ class SamplingParams:
         if not is_number(self.timeout_s) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a number > 0, got {self.timeout_s!r}")
         check_evasion_guard(self.evasion_guard)
+        if isinstance(self.response_format, Mapping):
+            set_("response_format", StructuredOutput.from_response_format(self.response_format))
+        elif self.response_format is not None and not isinstance(self.response_format, StructuredOutput):
+            raise ValueError(f"response_format must be a StructuredOutput or an OpenAI response_format object, "
+                             f"got {self.response_format!r}")
 
     @property
     def greedy(self) -> bool:
