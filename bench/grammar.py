@@ -17,6 +17,9 @@ answer to it, serialised as the grammar allows it: ``", "`` and ``": "`` separat
 Baseline, same run: ``guard_mask_us_p50``, the guard's own per-position mask (``BanMask.apply`` of the bundled
 ``en`` list's always-banned ids on a ``(1, vocab)`` row), i.e. what every guarded token already costs.
 
+xgrammar is not a dependency of guardrail (vLLM's environment has it): install it to compare,
+``pip install -c constraints-vllm.txt xgrammar``; without it its rows say ``skipped``.
+
 Usage: python bench/grammar.py [--reps 5] [--tokenizers smollm2,gemma3]
 """
 
@@ -211,8 +214,16 @@ def main() -> None:
         tokenizer = load_tokenizer(name)
         results[name] = {"vocab": len(tokenizer), "baseline": guard_baseline(tokenizer, args.reps)}
         for engine_cls in (LLGuidance, XGrammar):
-            results[name][engine_cls.name] = bench_engine(engine_cls, tokenizer, args.reps)
-    versions = {name: importlib.metadata.version(name) for name in ("llguidance", "xgrammar", "torch")}
+            try:
+                results[name][engine_cls.name] = bench_engine(engine_cls, tokenizer, args.reps)
+            except ImportError as exc:  # xgrammar is not a dependency: only this comparison needs it
+                results[name][engine_cls.name] = {"skipped": f"{exc} (pip install -c constraints-vllm.txt xgrammar)"}
+    versions = {}
+    for package in ("llguidance", "xgrammar", "torch"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
     print(json.dumps({"benchmark": "grammar", "machine": platform.machine(), "cpus": os.cpu_count(),
                       "versions": versions, "reps": args.reps, "results": results}, indent=2))
 

@@ -146,3 +146,17 @@ def test_a_banned_term_inside_a_string_rolls_both_back_and_the_combined_mask_kee
     assert survivors and survivors <= _allowed(grammar)
     letters = smollm2_tokenizer.encode("Bob", add_special_tokens=False)[0]
     assert letters in survivors  # another name can be written
+
+
+# -- engines that cannot roll a grammar back -------------------------------------------------------------------
+
+
+def test_the_gateway_refuses_a_json_format_naming_the_field():
+    from guardrail.engines.base import check_request
+    from guardrail.engines.remote.engine import UNSUPPORTED
+
+    params = SamplingParams(response_format={"type": "json_object"})
+    with pytest.raises(ValueError, match=r"not supported on the remote engine: \['response_format'\]"):
+        check_request([1, 2], params, num_logits=100, max_model_len=64, unsupported=UNSUPPORTED, engine="remote engine")
+    assert check_request([1, 2], SamplingParams(), num_logits=100, max_model_len=64, unsupported=UNSUPPORTED,
+                         engine="remote engine") == [1, 2]

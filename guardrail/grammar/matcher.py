@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,10 +32,13 @@ import torch
 from guardrail.grammar.format import FIELD, StructuredOutput
 from guardrail.matching.vocab import TokenVocab
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
 #: How the JSON is laid out: one space after ``,`` and ``:``, no other whitespace. Fixed separators keep a
 #: small model from looping on whitespace (llguidance's flexible default allows any run of it), and these are
 #: the ones ``json.dumps`` writes, which models have seen most.
-JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
 _GRAMMARS: dict[tuple[str, str], str] = {}  # (vocab fingerprint, schema text) -> validated grammar
