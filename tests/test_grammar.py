@@ -160,3 +160,9 @@ def test_the_gateway_refuses_a_json_format_naming_the_field():
         check_request([1, 2], params, num_logits=100, max_model_len=64, unsupported=UNSUPPORTED, engine="remote engine")
     assert check_request([1, 2], SamplingParams(), num_logits=100, max_model_len=64, unsupported=UNSUPPORTED,
                          engine="remote engine") == [1, 2]
+
+
+def test_the_boolean_schemas():
+    assert StructuredOutput.from_schema(True).schema == "{}"  # any value
+    with pytest.raises(ValueError, match=r"^guided_json: the schema false admits no value"):
+        StructuredOutput.from_schema(False, field="guided_json")

@@ -49,7 +49,7 @@ class StructuredOutput:
         """From a JSON schema (an object, ``true``, or its JSON text).
 
         Raises:
-            ValueError: ``{field}: ...`` when the schema is not a JSON object or boolean (or its text is not JSON).
+            ValueError: ``{field}: ...`` when the schema is not a JSON object or ``true`` (or its text is not JSON).
         """
         if isinstance(schema, str):
             try:
@@ -58,6 +58,10 @@ class StructuredOutput:
                 raise ValueError(f"{field}: the schema is not valid JSON ({exc})") from None
         if not isinstance(schema, (Mapping, bool)):
             raise ValueError(f"{field}: the schema must be a JSON object, got {type(schema).__name__}")
+        if schema is False:
+            raise ValueError(f"{field}: the schema false admits no value")
+        if schema is True:
+            schema = {}  # JSON Schema's `true`: any value
         return cls(kind, json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False), name, strict)
 
     @classmethod

@@ -91,9 +91,9 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
         return grammar
     try:
         grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
-    except ValueError as exc:
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, lltokenizer)
+    except Exception as exc:  # noqa: BLE001 - whatever the client's schema makes the compiler raise is a 400
         raise ValueError(f"{FIELD}: invalid JSON schema: {exc}") from None
-    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, lltokenizer)
     if is_error:
         raise ValueError(f"{FIELD}: invalid JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
     with _LOCK:
