@@ -47,9 +47,9 @@ _LOCK = threading.Lock()
 
 
 def grammar_tokenizer(tokenizer: Any, vocab: TokenVocab) -> Any:
-    """llguidance's view of ``tokenizer`` (its token trie), built once per vocab and process: ~1 s for
-    SmolLM2's 49,152 ids, ~20 s for Gemma 3's 262,144 on a loaded 2-core machine (bench/grammar.py,
-    ``tokenizer_s``).
+    """llguidance's view of ``tokenizer`` (its token trie), built once per vocab and process: 1.7 s for
+    SmolLM2's 49,152 ids, 33 s for Gemma 3's 262,144 on the loaded 2-core machine (bench/grammar.py,
+    ``tokenizer_s``, docs/benchmarks.md); requests wait for it on their worker thread, not the event loop.
 
     Args:
         tokenizer: a fast Hugging Face tokenizer (``PreTrainedTokenizerFast`` or transformers 5's
