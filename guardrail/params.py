@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal, TypeGuard, get_args
 
+from guardrail.grammar.format import StructuredOutput
+
 #: ``off``: terms keep their own match mode; ``substring``: a term that caused a rollback is also matched
 #: as a substring (glued and underscore-joined forms) from where it began; ``edit``: also one edit of
 #: tolerance for terms of :data:`~guardrail.guard.escalation.MIN_EDIT_CHARS` letters or more (misspelled
@@ -105,6 +107,9 @@ class SamplingParams:
         speculative: let the engine draft tokens (prompt lookup) and verify them in one forward pass, when
             it has speculation on (:mod:`guardrail.engines.drafting`); the output is the same either way
             (greedy: token for token; seeded sampling: draw for draw), only the speed differs.
+        response_format: the answer must be JSON (:class:`~guardrail.grammar.format.StructuredOutput`;
+            OpenAI's ``response_format`` object is accepted and parsed); ``None``: free text. Only the
+            transformers engine implements it (docs/structured-output.md).
 
     Raises:
         ValueError: on construction, naming the field and the bad value.
@@ -134,6 +139,7 @@ class SamplingParams:
     timeout_s: float = 60.0
     evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD
     speculative: bool = True
+    response_format: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
@@ -196,6 +202,11 @@ class SamplingParams:
         if not is_number(self.timeout_s) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a number > 0, got {self.timeout_s!r}")
         check_evasion_guard(self.evasion_guard)
+        if isinstance(self.response_format, Mapping):
+            set_("response_format", StructuredOutput.from_response_format(self.response_format))
+        elif self.response_format is not None and not isinstance(self.response_format, StructuredOutput):
+            raise ValueError(f"response_format must be a StructuredOutput or an OpenAI response_format object, "
+                             f"got {self.response_format!r}")
 
     @property
     def greedy(self) -> bool:

@@ -26,6 +26,7 @@ from jinja2 import TemplateError
 from starlette.concurrency import run_in_threadpool
 
 import guardrail
+from guardrail.grammar.format import StructuredOutput
 from guardrail.guard.events import Finish, Rollback, TextDelta, Usage
 from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
@@ -212,7 +213,7 @@ def reject_unsupported(body: GenerationFields) -> None:
     name = body.unsupported_field()
     if name is None:
         return
-    hint = ' (only {"type": "text"})' if name == "response_format" else ""
+    hint = ' (type must be "text", "json_object" or "json_schema")' if name == "response_format" else ""
     raise ApiError(400, f"{name}{hint} is not supported by this server; remove it from the request",
                    param=name, code="unsupported_parameter")
 
@@ -340,6 +341,9 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     }
     if body.stop_token_ids:
         options["stop_token_ids"] = tuple(body.stop_token_ids)
+    structured = _structured_output(runtime, body)
+    if structured is not None:
+        options["response_format"] = structured
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "presence_penalty",
                  "frequency_penalty", "min_tokens", "ignore_eos"):
         value = getattr(body, name)
@@ -352,7 +356,8 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
     fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored}, "obfuscation": obfuscation,
               "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens,
-              "tenant": caller.tenant if caller is not None else None}
+              "tenant": caller.tenant if caller is not None else None,
+              "response_format": structured.kind if structured is not None else None}
     return Prepared(
         GenerationRequest(prompt, wordlists, params, body.n, fields, settings.debug_log_prompts),
         stream=body.stream,
@@ -361,6 +366,27 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         tokens=len(prompt) + body.n * max_tokens,
         keepalive_s=settings.sse_keepalive_s,
     )
+
+
+def _structured_output(runtime: Runtime, body: GenerationFields) -> StructuredOutput | None:
+    """The request's JSON format (docs/structured-output.md); the schema itself is compiled by the engine,
+    whose ``response_format: ...`` error becomes a 400 naming the field (``respond``).
+
+    Raises:
+        ApiError: 400 naming ``response_format`` / ``guided_json`` when malformed, or when the engine is not
+            the embedded one (vLLM's own structured outputs and an upstream's cannot roll back with the guard).
+    """
+    try:
+        structured = body.structured_output()
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0]
+        raise ApiError(400, str(exc), param=field, code="invalid_value") from None
+    if structured is not None and runtime.engine.name != "transformers":
+        field = "guided_json" if getattr(body, "guided_json", None) is not None else "response_format"
+        raise ApiError(400, f"{field}: structured output is served by the transformers engine only, not by the "
+                       f"{runtime.engine.name} engine (docs/structured-output.md)", param=field,
+                       code="unsupported_parameter")
+    return structured
 
 
 def _unavailable(runtime: Runtime) -> ApiError:

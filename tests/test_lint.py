@@ -34,6 +34,7 @@ CORE_LAYERS = (
     {"atomic_file", "redis_client", "models", "prompts"},
     {"wordlists"},
     {"matching"},
+    {"grammar"},
     {"params"},
     {"guard"},
     {"engines"},

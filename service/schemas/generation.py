@@ -3,7 +3,7 @@
 Standard fields follow OpenAI's API reference, vLLM's extensions follow vLLM's sampling parameters
 (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``stop_token_ids``, ``ignore_eos``).
 Fields this service cannot honour and that change what the answer means (``logprobs``,
-``top_logprobs``, ``response_format`` other than text, vLLM's ``guided_*`` …, see
+``top_logprobs``, vLLM's ``guided_*`` but ``guided_json`` …, see
 :data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
 fields (``metadata``, ``store``, ``service_tier``, ``reasoning_effort`` …) are ignored with one log line naming
 them (as vLLM does). Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role, an assistant
@@ -12,6 +12,8 @@ message's ``tool_calls``) are rendered through the chat template and read back f
 Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
 ``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``obfuscation``,
 ``speculative``.
+Structured output (docs/structured-output.md): ``response_format`` ``json_object`` / ``json_schema`` (chat and
+text completions, as in vLLM) and vLLM's ``guided_json``, enforced by a grammar under the guard.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from guardrail.grammar.format import StructuredOutput
 from guardrail.params import EvasionGuard
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
@@ -30,12 +33,43 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 #: a request setting one (to anything but null, false or an empty list) is refused with 400 naming it.
 UNSUPPORTED_FIELDS = frozenset({
     "functions", "function_call", "logprobs", "top_logprobs", "prompt_logprobs",
-    "audio", "prediction", "web_search_options", "guided_json", "guided_regex", "guided_choice",
+    "audio", "prediction", "web_search_options", "guided_regex", "guided_choice",
     "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search", "length_penalty",
     "allowed_token_ids", "include_stop_str_in_output", "truncate_prompt_tokens", "chat_template",
     "chat_template_kwargs", "continue_final_message", "documents", "echo", "suffix",
 })
 _MAX_STOP_TOKEN_IDS = 64
+#: ``response_format.type`` values served (docs/structured-output.md); another type is refused with 400.
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+
+
+RESPONSE_FORMAT_DOC = (
+    '{"type": "text"} (default), {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name", '
+    '"schema", "strict"}}: the answer is held to the JSON grammar while the guard still rolls back banned terms '
+    "(transformers engine only; docs/structured-output.md).")
+GUIDED_JSON_DOC = "vLLM extension: a JSON schema the answer must follow (as response_format json_schema)."
+
+
+def unknown_response_format(value: dict[str, Any] | None) -> str | None:
+    """``"response_format"`` when its ``type`` is not one this service serves, else ``None``."""
+    if value and value.get("type", "text") not in RESPONSE_FORMAT_TYPES:
+        return "response_format"
+    return None
+
+
+def structured_output(response_format: dict[str, Any] | None,
+                      guided_json: dict[str, Any] | str | None) -> StructuredOutput | None:
+    """The answer's format from OpenAI's ``response_format`` or vLLM's ``guided_json`` (not both).
+
+    Raises:
+        ValueError: naming the field: both given, or a malformed value.
+    """
+    spec = StructuredOutput.from_response_format(response_format)
+    if guided_json is None:
+        return spec
+    if spec is not None:
+        raise ValueError("guided_json: give either response_format or guided_json, not both")
+    return StructuredOutput.from_schema(guided_json, field="guided_json")
 
 
 class StreamOptions(BaseModel):
@@ -112,6 +146,14 @@ class GenerationFields(BaseModel):
     def ignored_fields(self) -> list[str]:
         """Fields of the request this service does not know and ignores (logged, as vLLM does)."""
         return sorted(name for name in self.model_extra or {} if name not in UNSUPPORTED_FIELDS)
+
+    def structured_output(self) -> StructuredOutput | None:
+        """What the answer must be (``None``: free text); the endpoints that take ``response_format`` say.
+
+        Raises:
+            ValueError: naming the field (``response_format: ...``, ``guided_json: ...``).
+        """
+        return None
 
     def unsupported_field(self) -> str | None:
         """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any (an endpoint's request
@@ -211,15 +253,17 @@ class ChatCompletionRequest(GenerationFields):
         None, description="none: no call (tools not shown to the model); auto (default with tools): the model "
         "decides; required / a named function: the answer is made to begin a call (or that function's call).")
     parallel_tool_calls: bool | None = Field(None, description="false: at most one call is returned.")
-    response_format: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = Field(None, description=RESPONSE_FORMAT_DOC)
+    guided_json: dict[str, Any] | str | None = Field(None, description=GUIDED_JSON_DOC)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    def structured_output(self) -> StructuredOutput | None:
+        return structured_output(self.response_format, self.guided_json)
+
     def unsupported_field(self) -> str | None:
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            return "response_format"
-        return super().unsupported_field()
+        return unknown_response_format(self.response_format) or super().unsupported_field()
 
 
 class CompletionRequest(GenerationFields):
@@ -229,9 +273,14 @@ class CompletionRequest(GenerationFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1)
+    response_format: dict[str, Any] | None = Field(None, description=RESPONSE_FORMAT_DOC)
+    guided_json: dict[str, Any] | str | None = Field(None, description=GUIDED_JSON_DOC)
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    def structured_output(self) -> StructuredOutput | None:
+        return structured_output(self.response_format, self.guided_json)
 
     def unsupported_field(self) -> str | None:
         if self.echo:
@@ -240,7 +289,7 @@ class CompletionRequest(GenerationFields):
             return "suffix"
         if self.best_of not in (None, 1):
             return "best_of"
-        return super().unsupported_field()
+        return unknown_response_format(self.response_format) or super().unsupported_field()
 
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls"]

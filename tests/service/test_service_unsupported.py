@@ -15,9 +15,10 @@ TEXT = {"model": "m", "prompt": "hi"}
 
 @pytest.mark.parametrize(("request_type", "body", "field"), [
     (ChatCompletionRequest, {**CHAT, "functions": [{"name": "f"}]}, "functions"),  # tools are supported: the old API is not
-    (ChatCompletionRequest, {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+    (ChatCompletionRequest, {**CHAT, "response_format": {"type": "grammar"}}, "response_format"),
+    (CompletionRequest, {**TEXT, "response_format": {"type": "regex"}}, "response_format"),
     (ChatCompletionRequest, {**CHAT, "logprobs": True}, "logprobs"),
-    (ChatCompletionRequest, {**CHAT, "guided_json": {"type": "object"}}, "guided_json"),
+    (ChatCompletionRequest, {**CHAT, "guided_regex": "[a-z]+"}, "guided_regex"),
     (CompletionRequest, {**TEXT, "echo": True}, "echo"),
     (CompletionRequest, {**TEXT, "suffix": "!"}, "suffix"),
     (CompletionRequest, {**TEXT, "best_of": 2}, "best_of"),
@@ -32,6 +33,7 @@ def test_an_unsupported_field_is_refused_with_400_naming_it(request_type, body, 
 
 @pytest.mark.parametrize(("request_type", "body"), [
     (ChatCompletionRequest, {**CHAT, "tools": [], "response_format": {"type": "text"}, "logprobs": False}),
+    (ChatCompletionRequest, {**CHAT, "response_format": {"type": "json_object"}, "guided_json": {"type": "object"}}),
     (CompletionRequest, {**TEXT, "echo": False, "suffix": "", "best_of": 1}),
 ])
 def test_defaults_and_their_equivalents_pass(request_type, body):

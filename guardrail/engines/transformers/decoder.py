@@ -7,6 +7,7 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
     logits of position p (kept from the forward pass that produced them)
       -> processors (logit_bias, repetition penalty, bad words, suppress)       sampling.build_processors
       -> session.banned_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
+      -> the JSON grammar after the kept tokens (response_format only)      -inf, in place (guardrail.grammar)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
       -> judge(session, token, generation): every pick, including the re-pick after a rollback
@@ -50,6 +51,7 @@ from guardrail.engines.drafting import (
 )
 from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
 from guardrail.engines.transformers.sampling import BanMask, TokenPicker, build_processors, build_warpers
+from guardrail.grammar.matcher import GrammarState
 from guardrail.guard.events import Event, FinishReason
 from guardrail.guard.session import GuardSession
 from guardrail.guard.verdict import FINISH, KEEP, VerdictHandler, judge
@@ -189,12 +191,13 @@ class Generation(VerdictHandler):
         cancel: when set, the generation ends at its next pick with ``Finish(reason="cancelled")``.
 
     Raises:
-        ValueError: empty prompt, a token id outside the vocab in ``prompt_ids`` or ``params``, or an
-            artefact compiled for another vocab.
+        ValueError: empty prompt, a token id outside the vocab in ``prompt_ids`` or ``params``, an
+            artefact compiled for another vocab, or a ``response_format`` schema that does not compile.
 
     Attributes:
         prompt: the prompt's token ids.
         session: the guard session.
+        grammar: the request's :class:`~guardrail.grammar.matcher.GrammarState` (``None``: free text).
         acceptance: the running average share of drafted tokens accepted (0..1; the batched engine reads it
             to size its verification passes).
         kv: the :class:`DecodeKV` given to :meth:`steps` (``None`` before).
@@ -214,6 +217,9 @@ class Generation(VerdictHandler):
             raise ValueError(f"prompt_ids: token ids must be in [0, {size}), got {bad[:10]}")
         params.check_vocab(size)
         self.session = decoder.session(artefact, params, len(self.prompt))
+        # The request's JSON grammar (docs/structured-output.md): follows the session's kept tokens.
+        self.grammar = (GrammarState(params.response_format, decoder.tokenizer, decoder.vocab, self.session.eos_ids,
+                                     decoder.vocab_size) if params.response_format is not None else None)
         self.processors = build_processors(params, len(self.prompt), decoder.eos_ids)
         self.warpers = build_warpers(params, decoder.vocab_size)
         self.picker = TokenPicker(params)
@@ -413,6 +419,8 @@ class Generation(VerdictHandler):
         # of a position only grow while its logits are valid (a rollback to an earlier position discards
         # both). The processors above never modify their input.
         self.mask.apply(scores, self.session.banned_ids())
+        if self.grammar is not None:  # the same in-place argument: fixed while the logits of `position` are kept
+            self.grammar.apply(scores, self.session.token_ids)
         if self.warpers:
             assert prefix is not None, "input_ids is allocated whenever there are warpers"
             scores = self.warpers(prefix, scores)

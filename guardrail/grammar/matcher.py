@@ -1,0 +1,211 @@
+"""The JSON grammar of a request as a token mask that follows the guard session (docs/structured-output.md).
+
+Engine: llguidance (``LLMatcher``: Earley parser over the tokenizer's token trie, lazy masks, ``rollback(n)``),
+chosen over xgrammar by bench/grammar.py (docs/benchmarks.md, "Grammar engines").
+
+One :class:`GrammarState` per request. The decode step masks, in this order (the transformers engine,
+:meth:`guardrail.engines.transformers.decoder.Generation._scores`): the guard's always-banned ids and the
+bans of the position, then :meth:`GrammarState.apply` — what the grammar forbids after the kept tokens. The
+grammar state is not driven by the engine's verdict handlers but *synchronised* to the session's kept
+tokens before each mask (:meth:`GrammarState.sync`): when the guard rolls back ``k`` tokens the matcher
+rolls back ``k`` tokens, whatever caused it (a hit, an end-of-text word, a stop-string probe), and a
+re-pick at the same position reuses the mask (cached per grammar state).
+
+Dead end: when the grammar allows only tokens the guard bans (a schema ``enum`` or ``pattern`` whose every
+way on begins a banned term), every score is ``-inf`` and the engine's usual path applies: the picker finds
+no candidate and the session finishes with ``content_filter``, cut before the term. The guard never lets a
+schema force a banned term out.
+
+End of text: the request's end ids (EOS, ``stop_token_ids``) are allowed exactly where the grammar accepts
+(the JSON value is complete), whatever llguidance's own EOS is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from guardrail.grammar.format import FIELD, StructuredOutput
+from guardrail.matching.vocab import TokenVocab
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+#: How the JSON is laid out: one space after ``,`` and ``:``, no other whitespace. Fixed separators keep a
+#: small model from looping on whitespace (llguidance's flexible default allows any run of it), and these are
+#: the ones ``json.dumps`` writes, which models have seen most.
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+_TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
+_GRAMMARS: dict[tuple[str, str], str] = {}  # (vocab fingerprint, schema text) -> validated grammar
+_GRAMMAR_CACHE_SIZE = 256
+_LOCK = threading.Lock()
+
+
+def grammar_tokenizer(tokenizer: Any, vocab: TokenVocab) -> Any:
+    """llguidance's view of ``tokenizer`` (its token trie), built once per vocab and process: 1.7 s for
+    SmolLM2's 49,152 ids, 33 s for Gemma 3's 262,144 on the loaded 2-core machine (bench/grammar.py,
+    ``tokenizer_s``, docs/benchmarks.md); requests wait for it on their worker thread, not the event loop.
+
+    Args:
+        tokenizer: a fast Hugging Face tokenizer (``PreTrainedTokenizerFast`` or transformers 5's
+            ``TokenizersBackend``).
+        vocab: its bytes table (the cache key).
+
+    Raises:
+        ValueError: ``response_format: ...`` when the tokenizer is not a fast one.
+    """
+    found = _TOKENIZERS.get(vocab.fingerprint)
+    if found is not None:
+        return found
+    import llguidance.hf
+
+    with _LOCK:
+        found = _TOKENIZERS.get(vocab.fingerprint)
+        if found is None:
+            try:
+                found = llguidance.hf.from_tokenizer(tokenizer)
+            except ValueError as exc:
+                raise ValueError(f"{FIELD}: not available with this tokenizer ({exc})") from None
+            _TOKENIZERS[vocab.fingerprint] = found
+    return found
+
+
+def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) -> str:
+    """The llguidance grammar of ``spec`` (:data:`JSON_OPTIONS`), validated against the tokenizer; cached
+    per (vocab, schema).
+
+    Raises:
+        ValueError: ``response_format: invalid JSON schema: ...`` with llguidance's message (an unknown
+            ``type``, a dangling ``$ref``, an unsupported keyword, a bad ``pattern`` ...).
+    """
+    from llguidance import LLMatcher
+
+    key = (fingerprint, spec.schema)
+    grammar = _GRAMMARS.get(key)
+    if grammar is not None:
+        return grammar
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, lltokenizer)
+    except Exception as exc:  # noqa: BLE001 - whatever the client's schema makes the compiler raise is a 400
+        raise ValueError(f"{FIELD}: invalid JSON schema: {exc}") from None
+    if is_error:
+        raise ValueError(f"{FIELD}: invalid JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
+    with _LOCK:
+        if len(_GRAMMARS) >= _GRAMMAR_CACHE_SIZE:
+            _GRAMMARS.pop(next(iter(_GRAMMARS)))  # oldest first: dicts keep insertion order
+        _GRAMMARS[key] = grammar
+    return grammar
+
+
+def unpack_bitmask(words: np.ndarray, width: int) -> np.ndarray:
+    """A token bitmask (``int32 (ceil(n / 32),)``, bit ``i % 32`` of word ``i // 32`` set when id ``i`` is
+    allowed: llguidance's and xgrammar's layout) as ``bool (width,)``; ids past the mask are ``False``."""
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little").view(np.bool_)
+    if len(bits) >= width:
+        return bits[:width]
+    return np.concatenate([bits, np.zeros(width - len(bits), dtype=np.bool_)])
+
+
+class GrammarState:
+    """One request's grammar matcher, kept in step with the guard session's kept tokens.
+
+    Args:
+        spec: the request's structured output.
+        tokenizer: the served fast tokenizer; ``vocab`` its bytes table.
+        end_ids: ids that end the request's text (the session's ``eos_ids``): allowed where the grammar
+            accepts, masked elsewhere.
+        num_logits: width of the engine's logits rows.
+
+    Raises:
+        ValueError: ``response_format: ...``: the schema does not compile (see :func:`compile_grammar`).
+    """
+
+    def __init__(self, spec: StructuredOutput, tokenizer: Any, vocab: TokenVocab, end_ids: Iterable[int],
+                 num_logits: int):
+        from llguidance import LLMatcher
+
+        lltokenizer = grammar_tokenizer(tokenizer, vocab)
+        grammar = compile_grammar(spec, lltokenizer, vocab.fingerprint)
+        self.spec = spec
+        self.matcher = LLMatcher(lltokenizer, grammar)
+        if self.matcher.is_error():
+            raise ValueError(f"{FIELD}: invalid JSON schema: {self.matcher.get_error()}")
+        self.num_logits = num_logits
+        self._bitmask = np.zeros((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
+        # llguidance allows its own EOS where the grammar accepts; the request's end ids decide instead.
+        own_eos = {int(t) for t in lltokenizer.eos_tokens} | {int(lltokenizer.eos_token)}
+        self._end_ids = np.array(sorted(t for t in end_ids if 0 <= t < num_logits), dtype=np.int64)
+        self._other_eos = np.array(sorted(t for t in own_eos - set(self._end_ids.tolist()) if 0 <= t < num_logits),
+                                   dtype=np.int64)
+        self._tokens: list[int] = []  # what the matcher consumed
+        self._forbidden: torch.Tensor | None = None  # ``bool (1, num_logits)`` of the current state, cached
+
+    @property
+    def consumed(self) -> tuple[int, ...]:
+        """The token ids the matcher is past."""
+        return tuple(self._tokens)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the JSON value is complete here (the text may end)."""
+        return bool(self.matcher.is_accepting())
+
+    def sync(self, token_ids: Sequence[int]) -> None:
+        """Put the matcher after ``token_ids`` (the session's kept tokens): roll back past the first token that
+        differs from what it consumed, then consume the rest.
+
+        Raises:
+            RuntimeError: the grammar refuses a kept token (the engine kept a token outside the mask: a bug),
+                or llguidance cannot roll back that far.
+        """
+        done = self._tokens
+        n = len(done)
+        common = n if n <= len(token_ids) and list(token_ids[:n]) == done else _common_prefix(done, token_ids)
+        if common < n:
+            if not self.matcher.rollback(n - common):
+                raise RuntimeError(f"the grammar could not roll back {n - common} tokens: "
+                                   f"{self.matcher.get_error()}")
+            del done[common:]
+            self._forbidden = None
+        for token in token_ids[common:]:
+            if not self.matcher.consume_token(int(token)):
+                raise RuntimeError(f"the grammar refused kept token {int(token)}: {self.matcher.get_error()}")
+            done.append(int(token))
+            self._forbidden = None
+
+    def forbidden(self) -> torch.Tensor:
+        """``bool (1, num_logits)``: ``True`` where the grammar forbids the next token in the current state
+        (the end ids follow :attr:`accepting`). Cached until the state changes."""
+        if self._forbidden is None:
+            self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+            if self.matcher.is_error():
+                raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
+            allowed = unpack_bitmask(self._bitmask, self.num_logits).copy()
+            allowed[self._other_eos] = False
+            allowed[self._end_ids] = self.accepting
+            self._forbidden = torch.from_numpy(~allowed).unsqueeze(0)
+        return self._forbidden
+
+    def apply(self, scores: torch.Tensor, token_ids: Sequence[int]) -> torch.Tensor:
+        """Mask ``scores`` (``(1, num_logits)`` float) in place to ``-inf`` where the grammar forbids the next
+        token after ``token_ids`` (the session's kept tokens); returns ``scores``.
+
+        Raises:
+            RuntimeError: as :meth:`sync`.
+        """
+        self.sync(token_ids)
+        return scores.masked_fill_(self.forbidden(), -float("inf"))
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -1,0 +1,111 @@
+"""Structured output under the guard on the real SmolLM2, single-stream and batched (docs/structured-output.md):
+on prompts whose answer names a banned term inside a JSON string value, every answer parses against the
+schema, contains the term in no streamed prefix, and got there by rollback (not by refusing); the grammar
+matcher ends in step with the session's kept tokens; a schema that can only be satisfied by a banned term
+ends with ``content_filter`` before it."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from helpers.streams import assert_no_leak
+
+from guardrail.engines.transformers.batched import BatchedDecoder
+from guardrail.engines.transformers.decoder import Generation
+from guardrail.guard.events import Finish, Rollback
+from guardrail.matching.compiler import compile_artefact
+from guardrail.params import SamplingParams
+from guardrail.prompts import prompt_ids
+from guardrail.wordlists.wordlist import wordlist_from_terms
+
+#: The generation's wall-clock limit is not what these tests check (a loaded machine would end early).
+NO_DEADLINE = 3600.0
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+          "additionalProperties": False}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}}
+#: (prompt, the term its unguarded JSON answer holds in "name").
+ELICITING = [
+    ("What is the capital of France? Answer in JSON with the key name.", "Paris"),
+    ("What is the capital of the United Kingdom? Reply as JSON with the key name.", "London"),
+]
+LISTS = [wordlist_from_terms([term for _, term in ELICITING], name="targets")]
+
+
+@pytest.fixture(scope="module")
+def artefact(smollm2_decoder):
+    return compile_artefact(smollm2_decoder.vocab, LISTS)
+
+
+def _params(max_tokens: int = 40, response_format=FORMAT) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, timeout_s=NO_DEADLINE, response_format=response_format)
+
+
+def _prompt(tokenizer, text: str) -> list[int]:
+    return prompt_ids(tokenizer, messages=[{"role": "user", "content": text}])
+
+
+def _check(events) -> dict:
+    """The answer parses against the schema and no prefix of it holds a term; returns the object."""
+    assert_no_leak(events, LISTS)
+    finish = events[-1]
+    assert finish.reason == "stop", finish
+    answer = json.loads(finish.text)
+    jsonschema.validate(answer, SCHEMA)
+    return answer
+
+
+@pytest.mark.parametrize(("prompt", "term"), ELICITING)
+def test_the_unguarded_json_answer_holds_the_term(smollm2_decoder, smollm2_tokenizer, prompt, term):
+    """The premise: these prompts do elicit the term inside the JSON string."""
+    events = list(smollm2_decoder.stream(_prompt(smollm2_tokenizer, prompt), None, _params()))
+    answer = json.loads(events[-1].text)
+    assert term in answer["name"]
+
+
+@pytest.mark.parametrize(("prompt", "term"), ELICITING)
+def test_a_banned_term_in_a_json_string_is_rolled_back_and_replaced(smollm2_decoder, smollm2_tokenizer, artefact,
+                                                                    prompt, term):
+    generation = Generation(smollm2_decoder, _prompt(smollm2_tokenizer, prompt), artefact, _params())
+    events = list(generation.run())
+    answer = _check(events)
+    assert term.lower() not in answer["name"].lower()
+    assert any(isinstance(e, Rollback) for e in events)  # replaced, not refused
+    # The grammar matcher is past exactly the kept tokens (it rolled back with every rollback).
+    assert generation.grammar is not None and generation.grammar.consumed == events[-1].token_ids
+
+
+def test_batched_rows_hold_the_grammar_and_the_guard_as_alone(smollm2_decoder, smollm2_tokenizer, artefact):
+    jobs = [(_prompt(smollm2_tokenizer, prompt), artefact, _params()) for prompt, _ in ELICITING]
+    jobs.append((_prompt(smollm2_tokenizer, "Give me a JSON object describing a cat."), artefact,
+                 _params(response_format={"type": "json_object"})))
+    alone = [list(smollm2_decoder.stream(*job)) for job in jobs]
+    batched = BatchedDecoder(smollm2_decoder, max_batch=4, prefill_chunk=256)
+    requests = [batched.submit(*job) for job in jobs]
+    out = {r.id: [] for r in requests}
+    while not batched.idle:
+        for request, event in batched.step():
+            out[request.id].append(event)
+    rows = [out[r.id] for r in requests]
+    assert max(batched.batch_sizes) > 1
+    for row, single in zip(rows, alone):
+        assert row[-1].text == single[-1].text and row[-1].token_ids == single[-1].token_ids
+    for row in rows[:2]:
+        _check(row)
+        assert any(isinstance(e, Rollback) for e in row)
+    assert_no_leak(rows[2], LISTS)  # json_object: held like alone (equal above), whatever its length
+    assert rows[2][-1].text.startswith("{")
+
+
+def test_a_schema_only_a_banned_term_satisfies_ends_with_content_filter_before_it(smollm2_decoder,
+                                                                                   smollm2_tokenizer, artefact):
+    """Dead end: the grammar allows only the term, the guard bans it: the usual path (rollbacks until no
+    candidate or the budget is spent), never the term."""
+    schema = {"type": "object", "properties": {"name": {"enum": ["Paris"]}}, "required": ["name"]}
+    params = _params(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    events = list(smollm2_decoder.stream(_prompt(smollm2_tokenizer, ELICITING[0][0]), artefact, params))
+    assert_no_leak(events, LISTS)
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "content_filter"
+    assert finish.text.startswith('{"name": "') and "Paris" not in finish.text

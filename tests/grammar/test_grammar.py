@@ -1,0 +1,168 @@
+"""Structured output's building blocks (guardrail/grammar/, docs/structured-output.md) on the real SmolLM2
+tokenizer and llguidance: parsing ``response_format``, the grammar state following the guard session's kept
+tokens through a rollback, and the two masks combined at the position the guard rolled back to."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from guardrail.engines.transformers.sampling import BanMask
+from guardrail.grammar.format import ANY_OBJECT, StructuredOutput
+from guardrail.grammar.matcher import GrammarState, unpack_bitmask
+from guardrail.guard.session import KEEP, ROLLBACK, GuardSession
+from guardrail.matching.compiler import compile_artefact
+from guardrail.params import SamplingParams
+from guardrail.wordlists.wordlist import wordlist_from_terms
+
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+               "additionalProperties": False}
+NAME_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": NAME_SCHEMA, "strict": True}}
+
+
+def _state(spec, tokenizer, vocab, end_ids=(2,)):
+    return GrammarState(spec, tokenizer, vocab, end_ids, len(vocab))
+
+
+def _allowed(state) -> set[int]:
+    return set(np.flatnonzero(~state.forbidden()[0].numpy()).tolist())
+
+
+# -- response_format ------------------------------------------------------------------------------------------
+
+
+def test_response_format_shapes_parse_to_a_canonical_schema():
+    assert StructuredOutput.from_response_format(None) is None
+    assert StructuredOutput.from_response_format({"type": "text"}) is None
+    assert StructuredOutput.from_response_format({"type": "json_object"}) == StructuredOutput("json_object", ANY_OBJECT)
+    spec = StructuredOutput.from_response_format(NAME_FORMAT)
+    assert (spec.kind, spec.name, spec.strict) == ("json_schema", "answer", True)
+    assert json.loads(spec.schema) == NAME_SCHEMA
+    # Key order does not matter: equal schemas are one cache entry.
+    reordered = {"type": "json_schema", "json_schema": {"schema": dict(reversed(list(NAME_SCHEMA.items())))}}
+    assert StructuredOutput.from_response_format(reordered).schema == spec.schema
+    assert SamplingParams(response_format=NAME_FORMAT).response_format == spec
+
+
+@pytest.mark.parametrize("value", [
+    {"type": "grammar"},
+    {"type": "json_schema"},
+    {"type": "json_schema", "json_schema": {"schema": [1, 2]}},
+    {"type": "json_schema", "json_schema": {"name": 3, "schema": {}}},
+    {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}},
+    "json_object",
+])
+def test_a_malformed_response_format_is_a_value_error_naming_the_field(value):
+    with pytest.raises(ValueError, match=r"^response_format\b"):
+        SamplingParams(response_format=value)
+
+
+@pytest.mark.parametrize("schema", [{"type": "foo"}, {"properties": {"a": {"$ref": "#/nowhere"}}},
+                                    {"type": "string", "pattern": "(unclosed"}])
+def test_a_schema_that_does_not_compile_names_the_field(schema, smollm2_tokenizer, smollm2_vocab):
+    with pytest.raises(ValueError, match=r"^response_format: invalid JSON schema: "):
+        _state(StructuredOutput.from_schema(schema), smollm2_tokenizer, smollm2_vocab)
+
+
+# -- the grammar state --------------------------------------------------------------------------------------------
+
+
+def test_the_mask_allows_each_token_of_a_valid_answer_and_the_end_only_once_it_is_complete(
+        smollm2_tokenizer, smollm2_vocab):
+    spec = StructuredOutput.from_response_format(NAME_FORMAT)
+    state = _state(spec, smollm2_tokenizer, smollm2_vocab, end_ids=(2, 7))
+    tokens = smollm2_tokenizer.encode('{"name": "Bob"}', add_special_tokens=False)
+    for i, token in enumerate(tokens):
+        state.sync(tokens[:i])
+        allowed = _allowed(state)
+        assert token in allowed
+        assert not allowed & {2, 7}  # incomplete JSON: no end id
+    state.sync(tokens)
+    assert state.accepting and _allowed(state) == {2, 7}  # complete: only the request's end ids
+    assert state.consumed == tuple(tokens)
+
+
+def test_sync_rolls_the_matcher_back_to_the_sessions_tokens(smollm2_tokenizer, smollm2_vocab):
+    spec = StructuredOutput.from_response_format(NAME_FORMAT)
+    state = _state(spec, smollm2_tokenizer, smollm2_vocab)
+    fresh = _state(spec, smollm2_tokenizer, smollm2_vocab)
+    tokens = smollm2_tokenizer.encode('{"name": "A cat sat on the mat"}', add_special_tokens=False)
+    other = smollm2_tokenizer.encode('{"name": "A dog"}', add_special_tokens=False)
+    state.sync(tokens)
+    state.sync(tokens[:4])  # rolled back len(tokens) - 4 tokens
+    fresh.sync(tokens[:4])
+    assert state.consumed == tuple(tokens[:4])
+    assert torch.equal(state.forbidden(), fresh.forbidden())
+    state.sync(other)  # a different continuation after a common prefix: back to it, then forward
+    fresh.sync(other)
+    assert state.consumed == tuple(other)
+    assert torch.equal(state.forbidden(), fresh.forbidden())
+
+
+def test_unpack_bitmask_reads_bit_i_of_word_i_over_32():
+    words = np.array([0b101, -(1 << 31)], dtype=np.int32)  # -2**31: only bit 31 set
+    bits = unpack_bitmask(words, 70)
+    assert np.flatnonzero(bits).tolist() == [0, 2, 63]
+    assert len(bits) == 70  # ids past the mask are not allowed
+
+
+# -- grammar + guard -----------------------------------------------------------------------------------------------
+
+
+def test_a_banned_term_inside_a_string_rolls_both_back_and_the_combined_mask_keeps_a_way_on(
+        smollm2_tokenizer, smollm2_vocab):
+    """The guard's hit inside a JSON string value: the session rolls back to where the term began, the grammar
+    state follows it there, and at that position the combined mask bans the term's first token (guard) while
+    still allowing other string content (grammar): the term is replaced, not refused."""
+    artefact = compile_artefact(smollm2_vocab, [wordlist_from_terms(["cat"])])
+    spec = StructuredOutput.from_response_format(NAME_FORMAT)
+    session = GuardSession(artefact, smollm2_vocab, eos_ids=[2])
+    grammar = _state(spec, smollm2_tokenizer, smollm2_vocab)
+    tokens = smollm2_tokenizer.encode('{"name": "cat"}', add_special_tokens=False)
+    cat = smollm2_tokenizer.encode("cat", add_special_tokens=False)[0]
+    assert cat in tokens
+    steps = []
+    for token in tokens:
+        grammar.sync(session.token_ids)
+        assert token in _allowed(grammar)  # the grammar would let the model write the term
+        step = session.accept(token)
+        steps.append(step.kind)
+        if step.kind == ROLLBACK:
+            break
+    assert steps[-1] == ROLLBACK and set(steps[:-1]) == {KEEP}
+    start = tokens.index(cat)
+    assert session.position == start
+    grammar.sync(session.token_ids)
+    assert grammar.consumed == tuple(tokens[:start])  # the matcher rolled back as many tokens as the guard
+    scores = torch.zeros((1, len(smollm2_vocab)))
+    BanMask().apply(scores, session.banned_ids())
+    grammar.apply(scores, session.token_ids)
+    assert scores[0, cat] == -float("inf")  # the guard's ban
+    assert cat in _allowed(grammar)  # ... which the grammar alone allows
+    survivors = set(torch.isfinite(scores[0]).nonzero().flatten().tolist())
+    assert survivors and survivors <= _allowed(grammar)
+    letters = smollm2_tokenizer.encode("Bob", add_special_tokens=False)[0]
+    assert letters in survivors  # another name can be written
+
+
+# -- engines that cannot roll a grammar back -------------------------------------------------------------------
+
+
+def test_the_gateway_refuses_a_json_format_naming_the_field():
+    from guardrail.engines.base import check_request
+    from guardrail.engines.remote.engine import UNSUPPORTED
+
+    params = SamplingParams(response_format={"type": "json_object"})
+    with pytest.raises(ValueError, match=r"not supported on the remote engine: \['response_format'\]"):
+        check_request([1, 2], params, num_logits=100, max_model_len=64, unsupported=UNSUPPORTED, engine="remote engine")
+    assert check_request([1, 2], SamplingParams(), num_logits=100, max_model_len=64, unsupported=UNSUPPORTED,
+                         engine="remote engine") == [1, 2]
+
+
+def test_the_boolean_schemas():
+    assert StructuredOutput.from_schema(True).schema == "{}"  # any value
+    with pytest.raises(ValueError, match=r"^guided_json: the schema false admits no value"):
+        StructuredOutput.from_schema(False, field="guided_json")
