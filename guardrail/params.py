@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TypeGuard
 
 from guardrail.guard.escalation import DEFAULT_EVASION_GUARD, EvasionGuard, check_evasion_guard
+from guardrail.guard.logprobs import MAX_TOP_LOGPROBS
 
 #: The watermark's default hashing key: transformers' default (the millionth prime). A deployment should pass
 #: its own secret key.
@@ -84,6 +85,10 @@ class SamplingParams:
         speculative: let the engine draft tokens (prompt lookup) and verify them in one forward pass, when
             it has speculation on (:mod:`guardrail.engines.drafting`); the output is the same either way
             (greedy: token for token; seeded sampling: draw for draw), only the speed differs.
+        logprobs: ``None`` (default): no log-probabilities, no cost; ``k`` in ``[0, 20]``: the delivered
+            tokens' log-probabilities with the ``k`` most likely alternatives at each position (vLLM's
+            ``SamplingParams.logprobs``; :mod:`guardrail.guard.logprobs`). From the model's raw distribution
+            (vLLM's default ``logprobs_mode="raw_logprobs"``): see docs/design.md.
 
     Raises:
         ValueError: on construction, naming the field and the bad value.
@@ -113,6 +118,7 @@ class SamplingParams:
     timeout_s: float = 60.0
     evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD
     speculative: bool = True
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
@@ -175,6 +181,8 @@ class SamplingParams:
         if not is_number(self.timeout_s) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a number > 0, got {self.timeout_s!r}")
         check_evasion_guard(self.evasion_guard)
+        if self.logprobs is not None and (not is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:

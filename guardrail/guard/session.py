@@ -54,6 +54,7 @@ from guardrail.guard.escalation import (
 )
 from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.guard.holdback import TextBuffer
+from guardrail.guard.logprobs import LogprobLedger, PickLogprobs, TokenLogprob
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.token_text import token_set
@@ -254,6 +255,9 @@ class GuardSession(GuardState):
         prompt_tokens: prompt length, reported in :class:`Usage`.
         evasion_guard: ``"substring"`` (default): a term that caused a rollback is also matched as a substring
             from where it began to the end of the generation (:mod:`guardrail.guard.escalation`); ``"off"``.
+        logprobs: the request asked for logprobs (``SamplingParams.logprobs`` is not ``None``): every
+            :meth:`accept` must carry the pick's :class:`PickLogprobs`, and the :class:`TextDelta` events carry
+            the delivered tokens' records (:mod:`guardrail.guard.logprobs`).
 
     Raises:
         ValueError: the artefact was compiled for another vocab, or an argument is out of range (named).
@@ -271,7 +275,7 @@ class GuardSession(GuardState):
     def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
-                 prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD):
+                 prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD, logprobs: bool = False):
         super().__init__(artefact, vocab, eos_ids=eos_ids, stop=stop, num_logits=num_logits)
         if max_tokens is not None:
             _check_count("max_tokens", max_tokens, 1)
@@ -302,6 +306,8 @@ class GuardSession(GuardState):
         self._cut_tokens: int | None = None  # where finish() cuts (rollback budget spent), else position
         self._filtered_by: str | None = None  # the list of the term that spent the rollback budget
         self._cut_bytes: int | None = None  # where finish() cuts (a stop string)
+        # The kept tokens' picks and the released records (None: no logprobs asked, no cost).
+        self._ledger = LogprobLedger(vocab.token_bytes) if logprobs else None
 
     @classmethod
     def from_params(cls, artefact: ArtefactLike | None, vocab: TokenVocab, params: SamplingParams, *,
@@ -317,7 +323,8 @@ class GuardSession(GuardState):
         return cls(artefact, vocab, eos_ids=params.end_ids(eos_ids), stop=params.stop,
                    max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                    max_rollbacks_per_position=params.max_rollbacks_per_position, retry_bans=retry_bans,
-                   num_logits=num_logits, prompt_tokens=prompt_tokens, evasion_guard=params.evasion_guard)
+                   num_logits=num_logits, prompt_tokens=prompt_tokens, evasion_guard=params.evasion_guard,
+                   logprobs=params.logprobs is not None)
 
     # -- state ----------------------------------------------------------------------------------------
     @property
@@ -353,9 +360,24 @@ class GuardSession(GuardState):
     def always_banned(self) -> np.ndarray:
         return self._always_banned
 
+    @property
+    def wants_logprobs(self) -> bool:
+        """Whether :meth:`accept` must be given the pick's :class:`PickLogprobs` (the request asked)."""
+        return self._ledger is not None
+
+    def hidden_ids(self) -> np.ndarray:
+        """Token ids never reported as a ``top_logprobs`` alternative at the current position:
+        :attr:`always_banned` (tokens whose own text completes a term, padded logits) ∪ the tokens that would
+        complete a term here (:meth:`completing_ids`). So no alternative's text is, or ends, a banned term
+        after the kept text (``int64 (k,)``, sorted, a new array; computed only when asked)."""
+        return np.union1d(self._always_banned, self.completing_ids())
+
     # -- rollback engines -------------------------------------------------------------------------------
-    def accept(self, token_id: int) -> Step:
+    def accept(self, token_id: int, logprobs: PickLogprobs | None = None) -> Step:
         """The engine picked ``token_id`` at :attr:`position`: keep it, roll back, or finish.
+
+        ``logprobs``: what the engine measured at the pick, required when :attr:`wants_logprobs` (else
+        ignored); kept with the token, released with its text, dropped with it on a rollback.
 
         A token that completes a term is not kept: the session rolls back to where the term began, bans
         its first token there (plus the retry bans), drops later bans and truncates its own state, and
@@ -364,9 +386,13 @@ class GuardSession(GuardState):
 
         Raises:
             RuntimeError: after :meth:`finish`.
+            ValueError: :attr:`wants_logprobs` and no ``logprobs``.
         """
         if self._finished:
             raise RuntimeError("the session already finished")
+        ledger = self._ledger
+        if ledger is not None and logprobs is None:
+            raise ValueError("this session reports logprobs: accept() needs the pick's PickLogprobs")
         if token_id in self.eos_ids:
             return self._end_of_text("stop", ())
         matcher = self.matcher
@@ -382,6 +408,9 @@ class GuardSession(GuardState):
         self._tokens.append(token_id)
         text = self.text
         text.append(token_id)
+        if ledger is not None:
+            assert logprobs is not None
+            ledger.keep(logprobs)
         if matcher is not None:
             self._reach.append(self._releasable())
         stop_at = text.find_stop(len(self._tokens) - 1)
@@ -392,7 +421,8 @@ class GuardSession(GuardState):
                 return Step(FINISH, len(self._tokens), (), "stop")
             return self._roll_back(hit, (), source)
         delta = self.release()
-        events = (TextDelta(delta),) if delta else ()
+        records = self._released_logprobs() if ledger is not None else ()
+        events = (TextDelta(delta, records),) if delta or records else ()
         if self.max_tokens is not None and len(self._tokens) >= self.max_tokens:
             return self._end_of_text("length", events)
         return Step(KEEP, len(self._tokens), events)
@@ -447,6 +477,9 @@ class GuardSession(GuardState):
             self._truncate(cut)
             cut_bytes = text.end(cut)
         delta = text.release(cut_bytes, final=True)
+        records: tuple[TokenLogprob, ...] = ()
+        if self._ledger is not None:
+            records = self._ledger.finish(self._tokens, text.ends, text.data, cut_bytes)
         usage = Usage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.position,
@@ -460,13 +493,24 @@ class GuardSession(GuardState):
         )
         filtered_by = self._filtered_by if reason == "content_filter" else None
         done = Finish(reason, text.text, usage, tuple(self._tokens), filtered_by)
-        return (TextDelta(delta), done) if delta else (done,)
+        return (TextDelta(delta, records), done) if delta or records else (done,)
 
     # -- internals ------------------------------------------------------------------------------------
     def _truncate(self, tokens: int) -> None:
         del self._tokens[tokens:]
         del self._reach[tokens + 1:]
         self.text.rollback_to(tokens)  # raises rather than retract released text
+        if self._ledger is not None:
+            self._ledger.truncate(tokens)  # raises rather than retract released logprobs
+
+    def _released_logprobs(self) -> tuple[TokenLogprob, ...]:
+        """The records of the tokens delivered since the last call (the release rule of
+        :mod:`guardrail.guard.logprobs`): wholly released, and before :attr:`frontier` (no rollback reaches
+        them; a token of no bytes could otherwise sit at the release cursor and still be rolled back)."""
+        assert self._ledger is not None
+        text = self.text
+        whole = min(self.frontier, text.token_at(text.released))
+        return self._ledger.release(self._tokens, text.ends, text.data, whole)
 
     def _end_of_text(self, reason: FinishReason, events: tuple[Event, ...]) -> Step:
         """The text would end here: finish, or roll back to a ``word`` term pending at the very end."""
