@@ -136,11 +136,19 @@ def test_without_logprobs_asked_no_delta_carries_records(hello, smollm2_vocab, t
     assert records(events) == [] and not s.wants_logprobs
 
 
-def test_hidden_ids_leave_out_the_tokens_that_would_complete_a_term_here(smollm2_vocab, tok):
-    artefact = compile_artefact(smollm2_vocab, [wordlist_from_terms([Term("good morning", MatchMode.SUBSTRING)])])
-    s = session(artefact, smollm2_vocab)
+def test_alternatives_that_would_show_a_term_after_the_kept_text_are_left_out(hello, smollm2_vocab, tok):
+    s = session(hello, smollm2_vocab)
     feed(s, [tok(" good")])
-    hidden = set(s.hidden_ids().tolist())
-    assert tok(" morning") in hidden  # " good" + " morning" is the term
-    assert tok(" day") not in hidden
-    assert set(s.always_banned.tolist()) <= hidden
+    candidates = [(tok(t), -float(i)) for i, t in enumerate([" morning", " day", " hello", " hi", " world"])]
+    # " good morning" (the phrase, ending there) and " hello" (a word at the end of the text) are terms.
+    assert s.shown_alternatives(candidates, 2) == ((tok(" day"), -1.0), (tok(" hi"), -3.0))
+    assert s.shown_alternatives(candidates, 5) == ((tok(" day"), -1.0), (tok(" hi"), -3.0), (tok(" world"), -4.0))
+    assert s.accept(tok(" day"), pick(tok(" day"))).kind == KEEP  # the probes left the matcher as it was
+
+
+def test_padded_and_always_banned_ids_are_never_alternatives(smollm2_vocab, tok):
+    artefact = compile_artefact(smollm2_vocab, [wordlist_from_terms([Term("ell", MatchMode.SUBSTRING)])])
+    s = GuardSession(artefact, smollm2_vocab, eos_ids={2}, num_logits=len(smollm2_vocab) + 8, logprobs=True)
+    padded = len(smollm2_vocab) + 3
+    assert s.shown_alternatives([(padded, 0.0), (tok(" hello"), -1.0), (tok(" hi"), -2.0), (2, -3.0)], 5) == (
+        (tok(" hi"), -2.0), (2, -3.0))

@@ -16,7 +16,7 @@ TEXT = {"model": "m", "prompt": "hi"}
 @pytest.mark.parametrize(("request_type", "body", "field"), [
     (ChatCompletionRequest, {**CHAT, "functions": [{"name": "f"}]}, "functions"),  # tools are supported: the old API is not
     (ChatCompletionRequest, {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
-    (ChatCompletionRequest, {**CHAT, "logprobs": True}, "logprobs"),
+    (ChatCompletionRequest, {**CHAT, "prompt_logprobs": 1}, "prompt_logprobs"),
     (ChatCompletionRequest, {**CHAT, "guided_json": {"type": "object"}}, "guided_json"),
     (CompletionRequest, {**TEXT, "echo": True}, "echo"),
     (CompletionRequest, {**TEXT, "suffix": "!"}, "suffix"),

@@ -365,12 +365,40 @@ class GuardSession(GuardState):
         """Whether :meth:`accept` must be given the pick's :class:`PickLogprobs` (the request asked)."""
         return self._ledger is not None
 
-    def hidden_ids(self) -> np.ndarray:
-        """Token ids never reported as a ``top_logprobs`` alternative at the current position:
-        :attr:`always_banned` (tokens whose own text completes a term, padded logits) ∪ the tokens that would
-        complete a term here (:meth:`completing_ids`). So no alternative's text is, or ends, a banned term
-        after the kept text (``int64 (k,)``, sorted, a new array; computed only when asked)."""
-        return np.union1d(self._always_banned, self.completing_ids())
+    def shown_alternatives(self, candidates: Iterable[tuple[int, float]], k: int) -> tuple[tuple[int, float], ...]:
+        """The first ``k`` of ``candidates`` (``(token id, logprob)``, most likely first) that may be reported
+        as ``top_logprobs`` alternatives at the current position: no id in :attr:`always_banned` (padded
+        logits, tokens whose own text completes a term), and none whose text, after the kept text and ending
+        there, would contain a banned term (the lists' and the escalated terms'; a ``word`` term counts at
+        that end). So a client that appends an alternative to the answer never reads a banned term. An end id
+        (EOS) adds no text: it is shown. Costs a few matcher steps per candidate; only called when asked.
+        """
+        always = self._always_banned
+        shown: list[tuple[int, float]] = []
+        for token_id, logprob in candidates:
+            if len(shown) >= k:
+                break
+            at = int(np.searchsorted(always, token_id))
+            if at < len(always) and always[at] == token_id:
+                continue
+            if token_id not in self.eos_ids and self.matcher is not None and self._completes_term(token_id):
+                continue
+            shown.append((token_id, logprob))
+        return tuple(shown)
+
+    def _completes_term(self, token_id: int) -> bool:
+        """Whether the kept text followed by ``token_id``, ending there, holds a match (matchers left as they were)."""
+        assert self.matcher is not None
+        position = self.position
+        tracks = [(self.matcher, 0), *((e.matcher, e.start) for e in self._escalations)]
+        for track, offset in tracks:
+            found = track.push(token_id)
+            if found is None:
+                found = track.finish()
+                track.rollback_to(position - offset)
+            if found is not None:
+                return True
+        return False
 
     # -- rollback engines -------------------------------------------------------------------------------
     def accept(self, token_id: int, logprobs: PickLogprobs | None = None) -> Step:

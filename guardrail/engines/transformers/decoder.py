@@ -61,6 +61,9 @@ from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
 
+#: Extra ``top_logprobs`` candidates taken from the vocab, for the guard to leave some out and still have ``k``.
+ALTERNATIVES_MARGIN = 32
+
 
 def generation_eos_ids(model) -> set[int]:
     """EOS ids named by ``model.generation_config`` (an int or a list), as a set."""
@@ -415,19 +418,17 @@ class Generation(VerdictHandler):
     @torch.inference_mode()
     def _pick_logprobs(self, token: int) -> PickLogprobs:
         """The raw logprob of ``token`` at the current position and the ``params.logprobs`` most likely
-        alternatives, leaving out :meth:`GuardSession.hidden_ids` (tokens whose text is, or here completes, a
-        banned term, and padded logits): no alternative shows a banned term. One ``topk`` over the vocab."""
+        alternatives that :meth:`GuardSession.shown_alternatives` lets through (no alternative shows a banned
+        term): one ``topk`` of ``k +`` :data:`ALTERNATIVES_MARGIN` over the vocab, then the guard's check of
+        each candidate in order (fewer than ``k`` when more than the margin are left out)."""
         assert self.raw_logprobs is not None
         raw = self.raw_logprobs[self.session.position]
         k = self.params.logprobs or 0
         top: tuple[tuple[int, float], ...] = ()
         if k:
-            ranked = raw.clone()
-            hidden = self.session.hidden_ids()
-            if len(hidden):
-                ranked.index_fill_(1, torch.from_numpy(hidden), -math.inf)
-            values, ids = ranked[0].topk(min(k, ranked.shape[-1]))
-            top = tuple((int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist()) if v != -math.inf)
+            values, ids = raw[0].topk(min(k + ALTERNATIVES_MARGIN, raw.shape[-1]))
+            candidates = ((int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist()) if v != -math.inf)
+            top = self.session.shown_alternatives(candidates, k)
         return PickLogprobs(float(raw[0, token]), top)
 
     @torch.inference_mode()  # the kept logits are inference tensors: masked in place in this mode only
