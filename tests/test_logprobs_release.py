@@ -152,3 +152,15 @@ def test_padded_and_always_banned_ids_are_never_alternatives(smollm2_vocab, tok)
     padded = len(smollm2_vocab) + 3
     assert s.shown_alternatives([(padded, 0.0), (tok(" hello"), -1.0), (tok(" hi"), -2.0), (2, -3.0)], 5) == (
         (tok(" hi"), -2.0), (2, -3.0))
+
+
+def test_the_gateway_refuses_logprobs_naming_the_field():
+    from guardrail.engines.base import check_request
+    from guardrail.engines.remote.engine import UNSUPPORTED
+    from guardrail.params import SamplingParams
+
+    with pytest.raises(ValueError, match=r"^logprobs: not supported on the remote engine"):
+        check_request([1, 2], SamplingParams(logprobs=0), num_logits=10, max_model_len=100, unsupported=UNSUPPORTED,
+                      engine="remote engine")
+    assert check_request([1, 2], SamplingParams(), num_logits=10, max_model_len=100, unsupported=UNSUPPORTED,
+                         engine="remote engine") == [1, 2]
