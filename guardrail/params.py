@@ -44,6 +44,8 @@ DEFAULT_HASHING_KEY = 15485863
 #: OpenAI's range for ``logit_bias`` values.
 MAX_LOGIT_BIAS = 100.0
 MAX_STOP_STRINGS = 16
+#: Most alternatives per position: OpenAI's ``top_logprobs`` limit, and vLLM's default ``max_logprobs``.
+MAX_TOP_LOGPROBS = 20
 #: OpenAI's range for ``presence_penalty`` and ``frequency_penalty``.
 MAX_PENALTY = 2.0
 #: Temperatures below this are greedy decoding: vLLM's ``_SAMPLING_EPS`` (vllm/sampling_params.py). Dividing
@@ -110,6 +112,10 @@ class SamplingParams:
         response_format: the answer must be JSON (:class:`~guardrail.grammar.format.StructuredOutput`;
             OpenAI's ``response_format`` object is accepted and parsed); ``None``: free text. Only the
             transformers engine implements it (docs/structured-output.md).
+        logprobs: ``None`` (default): no log-probabilities, no cost; ``k`` in ``[0, 20]``: the delivered
+            tokens' log-probabilities with the ``k`` most likely alternatives at each position (vLLM's
+            ``SamplingParams.logprobs``; :mod:`guardrail.guard.logprobs`). From the model's raw distribution
+            (vLLM's default ``logprobs_mode="raw_logprobs"``): see docs/design.md.
 
     Raises:
         ValueError: on construction, naming the field and the bad value.
@@ -140,6 +146,7 @@ class SamplingParams:
     evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD
     speculative: bool = True
     response_format: StructuredOutput | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
@@ -207,6 +214,8 @@ class SamplingParams:
         elif self.response_format is not None and not isinstance(self.response_format, StructuredOutput):
             raise ValueError(f"response_format must be a StructuredOutput or an OpenAI response_format object, "
                              f"got {self.response_format!r}")
+        if self.logprobs is not None and (not is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:

@@ -16,9 +16,9 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 import guardrail
 from guardrail.grammar.format import StructuredOutput
 from guardrail.guard.events import Finish, Rollback, TextDelta, Usage
+from guardrail.guard.logprobs import TokenLogprob
 from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
@@ -132,10 +133,12 @@ def guard_headers(records: list[dict[str, Any]]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ChoiceResult:
-    """A finished choice: its last event and its guard record."""
+    """A finished choice: its last event, its guard record, and (when asked) the delivered tokens'
+    log-probability records in order."""
 
     finish: Finish
     guardrail: dict[str, Any]
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass
@@ -190,6 +193,14 @@ class ResponseShape(Protocol):
     def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]: ...
 
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReportsLogprobs(Protocol):
+    """A :class:`ResponseShape` whose route can ask for logprobs (chat and completions)."""
+
+    def add_logprobs(self, chunk: dict[str, Any], index: int, records: Sequence[TokenLogprob]) -> None:
+        """Put ``records`` (choice ``index``'s next ones) in ``chunk``'s choice."""
 
 
 @dataclass
@@ -344,6 +355,10 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     structured = _structured_output(runtime, body)
     if structured is not None:
         options["response_format"] = structured
+    try:
+        options["logprobs"] = body.logprobs_count()
+    except ValueError as exc:  # the message starts with the field's name
+        raise ApiError(400, str(exc), param=str(exc).split(":", 1)[0], code="invalid_value") from None
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "presence_penalty",
                  "frequency_penalty", "min_tokens", "ignore_eos"):
         value = getattr(body, name)
@@ -436,12 +451,16 @@ async def while_connected(work: Awaitable[T], job: Job, request: Request) -> T:
 async def collect_results(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[ChoiceResult]:
     results: dict[int, ChoiceResult] = {}
     records: dict[int, GuardRecord] = {}
+    logprobs: dict[int, list[TokenLogprob]] = {}
     async for item in prepend(first, events):
         event = item.event
         if isinstance(event, Rollback):
             records.setdefault(item.index, GuardRecord()).add(event)
+        elif isinstance(event, TextDelta) and event.logprobs:
+            logprobs.setdefault(item.index, []).extend(event.logprobs)
         elif isinstance(event, Finish):
-            results[item.index] = ChoiceResult(event, records.get(item.index, GuardRecord()).to_dict(event))
+            results[item.index] = ChoiceResult(event, records.get(item.index, GuardRecord()).to_dict(event),
+                                               tuple(logprobs.get(item.index, ())))
     return [results[i] for i in sorted(results)]
 
 
@@ -540,7 +559,17 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
     total = UsageTotal()
     opened: set[int] = set()
     records: dict[int, GuardRecord] = {}
+    # Logprob records not sent yet, per choice: they go out with the next chunk of that choice (a delta of
+    # no text, or text a tool-call parser holds, yields none).
+    unsent: dict[int, list[TokenLogprob]] = {}
     sent_text = False
+
+    def with_logprobs(chunks: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+        pending = unsent.get(index)
+        if pending and chunks and isinstance(shape, ReportsLogprobs):
+            shape.add_logprobs(chunks[0], index, pending)
+            del unsent[index]
+        return chunks
 
     def chunk_event(chunk: dict[str, Any]) -> str:
         if prepared.include_usage:
@@ -560,8 +589,10 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
                     if chunk is not None:
                         yield chunk_event(chunk)
                 if isinstance(event, TextDelta):
+                    if event.logprobs:
+                        unsent.setdefault(index, []).extend(event.logprobs)
                     if event.text:
-                        for chunk in shape.delta_chunks(completion, index, event.text):
+                        for chunk in with_logprobs(shape.delta_chunks(completion, index, event.text), index):
                             if not sent_text:
                                 sent_text = True
                                 first_text()
@@ -571,7 +602,7 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
                 elif isinstance(event, Finish):
                     total.add(event.usage)
                     result = ChoiceResult(event, records.get(index, GuardRecord()).to_dict(event))
-                    for chunk in shape.finish_chunks(completion, index, result):
+                    for chunk in with_logprobs(shape.finish_chunks(completion, index, result), index):
                         yield chunk_event(chunk)
             if prepared.include_usage:
                 yield sse_event(shape.usage_chunk(completion, total.to_dict()))

@@ -72,7 +72,8 @@ def check_request(prompt_ids: Sequence[int], params: SamplingParams, *, num_logi
     defaults = SamplingParams()
     refused = [name for name in unsupported if getattr(params, name) != getattr(defaults, name)]
     if refused:
-        raise ValueError(f"not supported on the {engine}: {refused}")
+        # The field first: the service answers 400 naming it (service.generation._named_field).
+        raise ValueError(f"{refused[0]}: not supported on the {engine} (refused: {refused})")
     params.check_vocab(num_logits)
     return prompt
 

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from guardrail.guard.logprobs import TokenLogprob
+
 #: ``stop``: EOS or a stop string; ``length``: ``max_tokens`` or the wall-clock limit; ``content_filter``:
 #: the rollback budget ran out or every candidate token was banned (OpenAI's value); ``cancelled``: the
 #: caller set the cancel event (the client went away).
@@ -18,9 +20,18 @@ FinishReason = Literal["stop", "length", "content_filter", "cancelled"]
 
 @dataclass(frozen=True)
 class TextDelta:
-    """Text released to the client; no banned term can still begin inside it."""
+    """Text released to the client; no banned term can still begin inside it.
+
+    Attributes:
+        text: the released text (may be empty when only ``logprobs`` are released: a token whose bytes end
+            inside a character).
+        logprobs: when the request asked for logprobs, the records of the tokens this delta finishes
+            releasing, in order (:mod:`guardrail.guard.logprobs`: a record travels with the delta that
+            releases its token's last byte); empty otherwise.
+    """
 
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

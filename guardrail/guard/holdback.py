@@ -42,6 +42,11 @@ class TextBuffer:
         """Tokens held."""
         return len(self._ends) - 1
 
+    @property
+    def ends(self) -> Sequence[int]:
+        """``ends[i]``: byte offset after the first ``i`` tokens (``ends[0] == 0``; not to be modified)."""
+        return self._ends
+
     def end(self, tokens: int) -> int:
         """Byte offset after the first ``tokens`` tokens."""
         return self._ends[tokens]

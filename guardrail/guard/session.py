@@ -47,6 +47,7 @@ from guardrail.guard.bans import PositionBans
 from guardrail.guard.escalation import ESCALATION_ARTEFACTS, Escalation, escalation_terms
 from guardrail.guard.events import Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.guard.holdback import TextBuffer
+from guardrail.guard.logprobs import LogprobLedger, PickLogprobs, TokenLogprob
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.token_text import token_set
@@ -253,6 +254,9 @@ class GuardSession(GuardState):
         prompt_tokens: prompt length, reported in :class:`Usage`.
         evasion_guard: ``"substring"`` (default): a term that caused a rollback is also matched as a substring
             from where it began to the end of the generation (:mod:`guardrail.guard.escalation`); ``"off"``.
+        logprobs: the request asked for logprobs (``SamplingParams.logprobs`` is not ``None``): every
+            :meth:`accept` must carry the pick's :class:`PickLogprobs`, and the :class:`TextDelta` events carry
+            the delivered tokens' records (:mod:`guardrail.guard.logprobs`).
 
     Raises:
         ValueError: the artefact was compiled for another vocab, or an argument is out of range (named).
@@ -270,7 +274,7 @@ class GuardSession(GuardState):
     def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
-                 prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD):
+                 prompt_tokens: int = 0, evasion_guard: EvasionGuard = DEFAULT_EVASION_GUARD, logprobs: bool = False):
         super().__init__(artefact, vocab, eos_ids=eos_ids, stop=stop, num_logits=num_logits)
         if max_tokens is not None:
             _check_count("max_tokens", max_tokens, 1)
@@ -304,6 +308,8 @@ class GuardSession(GuardState):
         self._steps = 0  # accept() calls; the timed ones are a sample (GUARD_TIMING_EVERY)
         self._timed_steps = 0
         self._timed_ns = 0
+        # The kept tokens' picks and the released records (None: no logprobs asked, no cost).
+        self._ledger = LogprobLedger(vocab.token_bytes) if logprobs else None
 
     @classmethod
     def from_params(cls, artefact: ArtefactLike | None, vocab: TokenVocab, params: SamplingParams, *,
@@ -319,7 +325,8 @@ class GuardSession(GuardState):
         return cls(artefact, vocab, eos_ids=params.end_ids(eos_ids), stop=params.stop,
                    max_tokens=params.max_tokens, max_rollbacks=params.max_rollbacks,
                    max_rollbacks_per_position=params.max_rollbacks_per_position, retry_bans=retry_bans,
-                   num_logits=num_logits, prompt_tokens=prompt_tokens, evasion_guard=params.evasion_guard)
+                   num_logits=num_logits, prompt_tokens=prompt_tokens, evasion_guard=params.evasion_guard,
+                   logprobs=params.logprobs is not None)
 
     # -- state ----------------------------------------------------------------------------------------
     @property
@@ -355,9 +362,52 @@ class GuardSession(GuardState):
     def always_banned(self) -> np.ndarray:
         return self._always_banned
 
+    @property
+    def wants_logprobs(self) -> bool:
+        """Whether :meth:`accept` must be given the pick's :class:`PickLogprobs` (the request asked)."""
+        return self._ledger is not None
+
+    def shown_alternatives(self, candidates: Iterable[tuple[int, float]], k: int) -> tuple[tuple[int, float], ...]:
+        """The first ``k`` of ``candidates`` (``(token id, logprob)``, most likely first) that may be reported
+        as ``top_logprobs`` alternatives at the current position: no id in :attr:`always_banned` (padded
+        logits, tokens whose own text completes a term), and none whose text, after the kept text and ending
+        there, would contain a banned term (the lists' and the escalated terms'; a ``word`` term counts at
+        that end). So a client that appends an alternative to the answer never reads a banned term. An end id
+        (EOS) adds no text: it is shown. Costs a few matcher steps per candidate; only called when asked.
+        """
+        always = self._always_banned
+        shown: list[tuple[int, float]] = []
+        for token_id, logprob in candidates:
+            if len(shown) >= k:
+                break
+            at = int(np.searchsorted(always, token_id))
+            if at < len(always) and always[at] == token_id:
+                continue
+            if token_id not in self.eos_ids and self.matcher is not None and self._completes_term(token_id):
+                continue
+            shown.append((token_id, logprob))
+        return tuple(shown)
+
+    def _completes_term(self, token_id: int) -> bool:
+        """Whether the kept text followed by ``token_id``, ending there, holds a match (matchers left as they were)."""
+        assert self.matcher is not None
+        position = self.position
+        tracks = [(self.matcher, 0), *((e.matcher, e.start) for e in self._escalations)]
+        for track, offset in tracks:
+            found = track.push(token_id)
+            if found is None:
+                found = track.finish()
+                track.rollback_to(position - offset)
+            if found is not None:
+                return True
+        return False
+
     # -- rollback engines -------------------------------------------------------------------------------
-    def accept(self, token_id: int) -> Step:
+    def accept(self, token_id: int, logprobs: PickLogprobs | None = None) -> Step:
         """The engine picked ``token_id`` at :attr:`position`: keep it, roll back, or finish.
+
+        ``logprobs``: what the engine measured at the pick, required when :attr:`wants_logprobs` (else
+        ignored); kept with the token, released with its text, dropped with it on a rollback.
 
         A token that completes a term is not kept: the session rolls back to where the term began, bans
         its first token there (plus the retry bans), drops later bans and truncates its own state, and
@@ -366,19 +416,23 @@ class GuardSession(GuardState):
 
         Raises:
             RuntimeError: after :meth:`finish`.
+            ValueError: :attr:`wants_logprobs` and no ``logprobs``.
         """
         self._steps += 1
         if self._steps % GUARD_TIMING_EVERY != 2:
-            return self._accept(token_id)
+            return self._accept(token_id, logprobs)
         started = time.perf_counter_ns()
-        step = self._accept(token_id)
+        step = self._accept(token_id, logprobs)
         self._timed_ns += time.perf_counter_ns() - started
         self._timed_steps += 1
         return step
 
-    def _accept(self, token_id: int) -> Step:
+    def _accept(self, token_id: int, logprobs: PickLogprobs | None) -> Step:
         if self._finished:
             raise RuntimeError("the session already finished")
+        ledger = self._ledger
+        if ledger is not None and logprobs is None:
+            raise ValueError("this session reports logprobs: accept() needs the pick's PickLogprobs")
         if token_id in self.eos_ids:
             return self._end_of_text("stop", ())
         matcher = self.matcher
@@ -394,6 +448,9 @@ class GuardSession(GuardState):
         self._tokens.append(token_id)
         text = self.text
         text.append(token_id)
+        if ledger is not None:
+            assert logprobs is not None
+            ledger.keep(logprobs)
         if matcher is not None:
             self._reach.append(self._releasable())
         stop_at = text.find_stop(len(self._tokens) - 1)
@@ -404,7 +461,8 @@ class GuardSession(GuardState):
                 return Step(FINISH, len(self._tokens), (), "stop")
             return self._roll_back(hit, (), source)
         delta = self.release()
-        events = (TextDelta(delta),) if delta else ()
+        records = self._released_logprobs() if ledger is not None else ()
+        events = (TextDelta(delta, records),) if delta or records else ()
         if self.max_tokens is not None and len(self._tokens) >= self.max_tokens:
             return self._end_of_text("length", events)
         return Step(KEEP, len(self._tokens), events)
@@ -459,6 +517,9 @@ class GuardSession(GuardState):
             self._truncate(cut)
             cut_bytes = text.end(cut)
         delta = text.release(cut_bytes, final=True)
+        records: tuple[TokenLogprob, ...] = ()
+        if self._ledger is not None:
+            records = self._ledger.finish(self._tokens, text.ends, text.data, cut_bytes)
         usage = Usage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.position,
@@ -473,13 +534,24 @@ class GuardSession(GuardState):
         )
         filtered_by = self._filtered_by if reason == "content_filter" else None
         done = Finish(reason, text.text, usage, tuple(self._tokens), filtered_by)
-        return (TextDelta(delta), done) if delta else (done,)
+        return (TextDelta(delta, records), done) if delta or records else (done,)
 
     # -- internals ------------------------------------------------------------------------------------
     def _truncate(self, tokens: int) -> None:
         del self._tokens[tokens:]
         del self._reach[tokens + 1:]
         self.text.rollback_to(tokens)  # raises rather than retract released text
+        if self._ledger is not None:
+            self._ledger.truncate(tokens)  # raises rather than retract released logprobs
+
+    def _released_logprobs(self) -> tuple[TokenLogprob, ...]:
+        """The records of the tokens delivered since the last call (the release rule of
+        :mod:`guardrail.guard.logprobs`): wholly released, and before :attr:`frontier` (no rollback reaches
+        them; a token of no bytes could otherwise sit at the release cursor and still be rolled back)."""
+        assert self._ledger is not None
+        text = self.text
+        whole = min(self.frontier, text.token_at(text.released))
+        return self._ledger.release(self._tokens, text.ends, text.data, whole)
 
     def _end_of_text(self, reason: FinishReason, events: tuple[Event, ...]) -> Step:
         """The text would end here: finish, or roll back to a ``word`` term pending at the very end."""

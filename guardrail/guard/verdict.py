@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from guardrail.guard.events import Event, FinishReason
+from guardrail.guard.logprobs import PickLogprobs
 from guardrail.guard.session import FINISH, KEEP, ROLLBACK, GuardSession, Step, StepKind
 
 __all__ = ["FINISH", "KEEP", "ROLLBACK", "StepKind", "VerdictHandler", "apply_step", "judge", "judge_end"]
@@ -79,14 +80,17 @@ def apply_step(step: Step, token_id: int | None, handler: VerdictHandler) -> Ste
     return step.kind
 
 
-def judge(session: GuardSession, token_id: int, handler: VerdictHandler) -> StepKind:
+def judge(session: GuardSession, token_id: int, handler: VerdictHandler,
+          logprobs: PickLogprobs | None = None) -> StepKind:
     """The engine picked (or its upstream streamed) ``token_id`` at ``session.position``: ask the session
-    (:meth:`GuardSession.accept`) and act through ``handler``. Returns the step's kind.
+    (:meth:`GuardSession.accept`, with the pick's ``logprobs`` when the request asked for them) and act
+    through ``handler``. Returns the step's kind.
 
     Raises:
         RuntimeError: the session already finished, or is driven mask-only.
+        ValueError: the session wants logprobs and none were given.
     """
-    return apply_step(session.accept(token_id), token_id, handler)
+    return apply_step(session.accept(token_id, logprobs), token_id, handler)
 
 
 def judge_end(session: GuardSession, handler: VerdictHandler, reason: FinishReason = "length") -> StepKind:

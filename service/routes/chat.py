@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
+from guardrail.guard.logprobs import TokenLogprob
 from guardrail.prompts import load_chat_template, renders_tools
 from service.auth import require_client
 from service.deps import RuntimeDep
@@ -24,6 +26,7 @@ from service.generation import (
     reject_unsupported,
     respond,
 )
+from service.logprobs import chat_logprobs
 from service.runtime import Runtime
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest, ChatMessage, NamedToolChoice
 from service.tenants.access import caller_of
@@ -56,13 +59,18 @@ class ToolUse:
 
 class ChatShape:
     """chat.completion bodies and chat.completion.chunk events; with tools, content and tool calls are told
-    apart as the text streams (one :class:`ToolCallStream` per choice)."""
+    apart as the text streams (one :class:`ToolCallStream` per choice). With ``logprobs`` (the request asked),
+    each choice carries ``logprobs.content`` (:mod:`service.logprobs`)."""
 
     id_prefix = "chatcmpl"
 
-    def __init__(self, tools: ToolUse | None = None) -> None:
+    def __init__(self, tools: ToolUse | None = None, logprobs: bool = False) -> None:
         self.tools = tools
+        self.logprobs = logprobs
         self._streams: dict[int, ToolCallStream] = {}
+
+    def add_logprobs(self, chunk: dict[str, Any], index: int, records: Sequence[TokenLogprob]) -> None:
+        chunk["choices"][0]["logprobs"] = chat_logprobs(records)
 
     @staticmethod
     def _chunk(c: ResponseIdentity, index: int, delta: dict[str, Any], reason: str | None,
@@ -122,7 +130,8 @@ class ChatShape:
         reason = "tool_calls" if calls and finish.reason == "stop" else finish.reason
         message = {"role": "assistant", "content": content, "refusal": None,
                    "tool_calls": [call.to_dict() for call in calls] or None}
-        return {"index": index, "message": message, "logprobs": None, "finish_reason": reason,
+        logprobs = chat_logprobs(result.logprobs) if self.logprobs else None
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason,
                 "guardrail": result.guardrail}
 
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +234,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
         fields["prompt"] = messages
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages",
                        caller=caller_of(request), extra_stop=extra_stop)
-    answer = await respond(runtime, request, prepared, ChatShape(tools), ENDPOINT)
+    shape = ChatShape(tools, logprobs=prepared.generation.params.logprobs is not None)
+    answer = await respond(runtime, request, prepared, shape, ENDPOINT)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
     return answer

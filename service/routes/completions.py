@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
+from guardrail.guard.logprobs import TokenLogprob
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError
@@ -20,6 +22,7 @@ from service.generation import (
     reject_unsupported,
     respond,
 )
+from service.logprobs import CompletionOffsets
 from service.schemas.generation import CompletionRequest, TextCompletion
 from service.tenants.access import caller_of
 
@@ -29,9 +32,17 @@ ENDPOINT = "/v1/completions"
 
 
 class CompletionShape:
-    """text_completion bodies and chunks (a chunk is a text_completion with the new text)."""
+    """text_completion bodies and chunks (a chunk is a text_completion with the new text). With ``logprobs``
+    (the request asked), each choice carries the legacy ``logprobs`` object (:mod:`service.logprobs`)."""
 
     id_prefix = "cmpl"
+
+    def __init__(self, logprobs: bool = False) -> None:
+        self.logprobs = logprobs
+        self._offsets: dict[int, CompletionOffsets] = {}
+
+    def add_logprobs(self, chunk: dict[str, Any], index: int, records: Sequence[TokenLogprob]) -> None:
+        chunk["choices"][0]["logprobs"] = self._offsets.setdefault(index, CompletionOffsets()).logprobs(records)
 
     @staticmethod
     def _chunk(c: ResponseIdentity, index: int, text: str, reason: str | None, **extra: Any) -> dict[str, Any]:
@@ -53,8 +64,9 @@ class CompletionShape:
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         return {
             **c.head("text_completion"),
-            "choices": [{"index": i, "text": r.finish.text, "logprobs": None, "finish_reason": r.finish.reason,
-                         "guardrail": r.guardrail} for i, r in enumerate(results)],
+            "choices": [{"index": i, "text": r.finish.text,
+                         "logprobs": CompletionOffsets().logprobs(r.logprobs) if self.logprobs else None,
+                         "finish_reason": r.finish.reason, "guardrail": r.guardrail} for i, r in enumerate(results)],
             "usage": usage,
         }
 
@@ -83,7 +95,8 @@ async def create_completion(body: CompletionRequest, request: Request, response:
         fields["prompt"] = prompt
     prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt",
                        caller=caller_of(request))
-    answer = await respond(runtime, request, prepared, CompletionShape(), ENDPOINT)
+    shape = CompletionShape(logprobs=prepared.generation.params.logprobs is not None)
+    answer = await respond(runtime, request, prepared, shape, ENDPOINT)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([c["guardrail"] for c in answer["choices"]]))
     return answer

@@ -2,13 +2,14 @@
 
 Standard fields follow OpenAI's API reference, vLLM's extensions follow vLLM's sampling parameters
 (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``stop_token_ids``, ``ignore_eos``).
-Fields this service cannot honour and that change what the answer means (``logprobs``,
-``top_logprobs``, vLLM's ``guided_*`` but ``guided_json`` …, see
+Fields this service cannot honour and that change what the answer means (``prompt_logprobs``,
+``response_format`` other than text and JSON, vLLM's ``guided_*`` but ``guided_json`` …, see
 :data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
 fields (``metadata``, ``store``, ``service_tier``, ``reasoning_effort`` …) are ignored with one log line naming
 them (as vLLM does). Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role, an assistant
 message's ``tool_calls``) are rendered through the chat template and read back from the answer
-(:mod:`service.tool_calls`).
+(:mod:`service.tool_calls`). ``logprobs`` / ``top_logprobs`` (chat) and ``logprobs`` (completions) report the
+delivered tokens' log-probabilities (docs/service.md, "Logprobs").
 Extensions of this service: ``wordlists``, ``banned_terms`` and its aliases ``bad_words`` (vLLM) and
 ``banned_strings`` (TabbyAPI / exllamav2), ``watermark``, ``max_rollbacks``, ``evasion_guard``, ``obfuscation``,
 ``speculative``.
@@ -23,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from guardrail.grammar.format import StructuredOutput
-from guardrail.params import EvasionGuard
+from guardrail.params import MAX_TOP_LOGPROBS, EvasionGuard
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
@@ -32,7 +33,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 #: Fields of OpenAI's or vLLM's request that change the answer and that this service does not implement:
 #: a request setting one (to anything but null, false or an empty list) is refused with 400 naming it.
 UNSUPPORTED_FIELDS = frozenset({
-    "functions", "function_call", "logprobs", "top_logprobs", "prompt_logprobs",
+    "functions", "function_call", "prompt_logprobs",
     "audio", "prediction", "web_search_options", "guided_regex", "guided_choice",
     "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search", "length_penalty",
     "allowed_token_ids", "include_stop_str_in_output", "truncate_prompt_tokens", "chat_template",
@@ -112,8 +113,6 @@ class GenerationFields(BaseModel):
         None, description="Token id (as a string) -> bias in [-100, 100], added to the logits."
     )
     user: Text | None = Field(None, max_length=256)
-    logprobs: bool | int | None = Field(None, description="Not supported yet: true is refused with 400.")
-    top_logprobs: int | None = Field(None, ge=0, le=20, description="Not supported yet: refused with 400.")
 
     # -- extensions -------------------------------------------------------------------------------
     wordlists: list[Annotated[Text, Field(min_length=1, max_length=64)]] | None = Field(
@@ -143,6 +142,10 @@ class GenerationFields(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def logprobs_count(self) -> int | None:
+        """``SamplingParams.logprobs`` of the request: ``None`` where the endpoint reports no logprobs."""
+        return None
+
     def ignored_fields(self) -> list[str]:
         """Fields of the request this service does not know and ignores (logged, as vLLM does)."""
         return sorted(name for name in self.model_extra or {} if name not in UNSUPPORTED_FIELDS)
@@ -158,7 +161,7 @@ class GenerationFields(BaseModel):
     def unsupported_field(self) -> str | None:
         """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any (an endpoint's request
         type adds its own declared fields; :func:`service.generation.reject_unsupported` answers 400)."""
-        given = {**(self.model_extra or {}), "logprobs": self.logprobs, "top_logprobs": self.top_logprobs}
+        given = self.model_extra or {}
         for name in sorted(UNSUPPORTED_FIELDS):
             value = given.get(name)
             if value not in (None, False, [], {}, ""):
@@ -255,12 +258,30 @@ class ChatCompletionRequest(GenerationFields):
     parallel_tool_calls: bool | None = Field(None, description="false: at most one call is returned.")
     response_format: dict[str, Any] | None = Field(None, description=RESPONSE_FORMAT_DOC)
     guided_json: dict[str, Any] | str | None = Field(None, description=GUIDED_JSON_DOC)
+    logprobs: bool | None = Field(
+        None, description="true: choices[].logprobs.content holds the log-probability of every delivered token "
+        "(never of a rolled-back one), from the model's raw distribution.")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="With logprobs: true, the most likely alternatives at each "
+        "position (tokens whose text is, or there completes, a banned term are left out).")
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     def structured_output(self) -> StructuredOutput | None:
         return structured_output(self.response_format, self.guided_json)
+
+    def logprobs_count(self) -> int | None:
+        """``SamplingParams.logprobs``: ``None`` (not asked) or the alternatives per position.
+
+        Raises:
+            ValueError: ``top_logprobs`` without ``logprobs: true`` (OpenAI's rule), starting with the field.
+        """
+        if not self.logprobs:
+            if self.top_logprobs is not None:
+                raise ValueError("top_logprobs: needs logprobs: true")
+            return None
+        return self.top_logprobs or 0
 
     def unsupported_field(self) -> str | None:
         return unknown_response_format(self.response_format) or super().unsupported_field()
@@ -275,12 +296,19 @@ class CompletionRequest(GenerationFields):
     best_of: int | None = Field(None, ge=1)
     response_format: dict[str, Any] | None = Field(None, description=RESPONSE_FORMAT_DOC)
     guided_json: dict[str, Any] | str | None = Field(None, description=GUIDED_JSON_DOC)
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, strict=True, description="The log-probability of every delivered token "
+        "(never of a rolled-back one) and this many alternatives at each position.")
 
     def token_limit(self) -> int | None:
         return self.max_tokens
 
     def structured_output(self) -> StructuredOutput | None:
         return structured_output(self.response_format, self.guided_json)
+
+    def logprobs_count(self) -> int | None:
+        """``SamplingParams.logprobs``: ``None`` (not asked) or the alternatives per position."""
+        return self.logprobs
 
     def unsupported_field(self) -> str | None:
         if self.echo:
@@ -335,10 +363,25 @@ class AssistantMessage(BaseModel):
     tool_calls: list[ResponseToolCall] | None = None
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float = Field(description="Natural log; -9999.0 stands for a probability of 0 (OpenAI's value).")
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None = Field(description="One record per delivered token, in order.")
+    refusal: None = None
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason
     guardrail: GuardRecord
 
@@ -353,10 +396,17 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int] = Field(description="Character offset of each token in the choice's text.")
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason
     guardrail: GuardRecord
 

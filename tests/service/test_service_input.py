@@ -246,7 +246,7 @@ def test_text_content_parts_are_joined(openai_client):
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("logprobs", True), ("top_logprobs", 3), ("functions", [{"name": "f"}]), ("guided_regex", "[a-z]+"),
+    ("functions", [{"name": "f"}]), ("guided_regex", "[a-z]+"),
     ("prompt_logprobs", 1), ("response_format", {"type": "grammar"}),
 ])
 def test_fields_that_change_the_answer_and_are_not_implemented_are_refused(openai_client, field, value):

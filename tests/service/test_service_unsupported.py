@@ -17,7 +17,7 @@ TEXT = {"model": "m", "prompt": "hi"}
     (ChatCompletionRequest, {**CHAT, "functions": [{"name": "f"}]}, "functions"),  # tools are supported: the old API is not
     (ChatCompletionRequest, {**CHAT, "response_format": {"type": "grammar"}}, "response_format"),
     (CompletionRequest, {**TEXT, "response_format": {"type": "regex"}}, "response_format"),
-    (ChatCompletionRequest, {**CHAT, "logprobs": True}, "logprobs"),
+    (ChatCompletionRequest, {**CHAT, "prompt_logprobs": 1}, "prompt_logprobs"),
     (ChatCompletionRequest, {**CHAT, "guided_regex": "[a-z]+"}, "guided_regex"),
     (CompletionRequest, {**TEXT, "echo": True}, "echo"),
     (CompletionRequest, {**TEXT, "suffix": "!"}, "suffix"),

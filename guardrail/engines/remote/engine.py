@@ -52,7 +52,7 @@ log = logging.getLogger("guardrail.engines.remote")
 #: e^-100 relative to the top token, never picked greedily (and caught if picked: fail closed).
 BAN_BIAS = -100.0
 #: SamplingParams fields the gateway does not implement (the embedded engine does).
-UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format")
+UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format", "logprobs")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
       -> the JSON grammar after the kept tokens (response_format only)      -inf, in place (guardrail.grammar)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
+      -> only when the request asked for logprobs: the pick's raw logprob and top-k    Generation._pick_logprobs
+         (log_softmax of the logits of p before any processor or ban, computed once per position)
       -> judge(session, token, generation): every pick, including the re-pick after a rollback
          (guardrail.guard.verdict: the session's verdict, applied through Generation's handler methods)
            on_rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
@@ -34,6 +36,7 @@ term rolls back as usual.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
@@ -53,11 +56,15 @@ from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
 from guardrail.engines.transformers.sampling import BanMask, TokenPicker, build_processors, build_warpers
 from guardrail.grammar.matcher import GrammarState
 from guardrail.guard.events import Event, FinishReason
+from guardrail.guard.logprobs import PickLogprobs
 from guardrail.guard.session import GuardSession
 from guardrail.guard.verdict import FINISH, KEEP, VerdictHandler, judge
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
+
+#: Extra ``top_logprobs`` candidates taken from the vocab, for the guard to leave some out and still have ``k``.
+ALTERNATIVES_MARGIN = 32
 
 
 def generation_eos_ids(model) -> set[int]:
@@ -231,6 +238,9 @@ class Generation(VerdictHandler):
             self.input_ids = torch.zeros((1, len(self.prompt) + params.max_tokens + 1), dtype=torch.long)
             self.input_ids[0, :len(self.prompt)] = torch.tensor(self.prompt)
         self.logits: dict[int, torch.Tensor] = {}  # completion position -> raw logits (1, vocab)
+        # Only with logprobs asked: completion position -> log_softmax of its raw logits (1, vocab) float32,
+        # taken before the bans mask the kept logits in place; dropped with the logits.
+        self.raw_logprobs: dict[int, torch.Tensor] | None = {} if params.logprobs is not None else None
         self.cached_tokens = 0  # prompt tokens loaded from a prefix cache (reported in Usage)
         self.started = time.perf_counter()
         speculative = decoder.speculative
@@ -295,7 +305,8 @@ class Generation(VerdictHandler):
             if token is None:  # every candidate is banned here
                 yield from self._finished("content_filter")
                 return
-            kind = judge(session, token, self)
+            picked = self._pick_logprobs(token) if self.raw_logprobs is not None else None
+            kind = judge(session, token, self, picked)
             if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
                 yield from self._drain()
             if kind == FINISH:
@@ -324,6 +335,9 @@ class Generation(VerdictHandler):
         frontier = self.session.frontier
         for old in [p for p in logits if p < frontier]:  # no rollback can reach them any more
             del logits[old]
+        if self.raw_logprobs:
+            for old in [p for p in self.raw_logprobs if p < frontier]:
+                del self.raw_logprobs[old]
         if self.drafter is not None:
             self.drafter.extend([token_id])
         if self._pending and self._pending[0][0] == token_id:  # a verified draft: no forward pass
@@ -351,6 +365,9 @@ class Generation(VerdictHandler):
         keep = len(self.prompt) + position
         for later in [p for p in self.logits if p > position]:
             del self.logits[later]
+        if self.raw_logprobs:
+            for later in [p for p in self.raw_logprobs if p > position]:
+                del self.raw_logprobs[later]
         if kv.length > keep:
             kv.rollback_to(keep, self.prompt + list(self.session.token_ids))
         if position not in self.logits:  # not expected (the frontier bounds rollbacks); recompute rather than fail
@@ -404,11 +421,31 @@ class Generation(VerdictHandler):
     def _pick(self) -> int | None:
         return self.picker.pick(self._scores())
 
+    @torch.inference_mode()
+    def _pick_logprobs(self, token: int) -> PickLogprobs:
+        """The raw logprob of ``token`` at the current position and the ``params.logprobs`` most likely
+        alternatives that :meth:`GuardSession.shown_alternatives` lets through (no alternative shows a banned
+        term): one ``topk`` of ``k +`` :data:`ALTERNATIVES_MARGIN` over the vocab, then the guard's check of
+        each candidate in order (fewer than ``k`` when more than the margin are left out)."""
+        assert self.raw_logprobs is not None
+        raw = self.raw_logprobs[self.session.position]
+        k = self.params.logprobs or 0
+        top: tuple[tuple[int, float], ...] = ()
+        if k:
+            values, ids = raw[0].topk(min(k + ALTERNATIVES_MARGIN, raw.shape[-1]))
+            candidates = ((int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist()) if v != -math.inf)
+            top = self.session.shown_alternatives(candidates, k)
+        return PickLogprobs(float(raw[0, token]), top)
+
     @torch.inference_mode()  # the kept logits are inference tensors: masked in place in this mode only
     def _scores(self) -> torch.Tensor:
         """Final scores ``(1, vocab)`` of the current position: processors, bans, warpers."""
         position = self.session.position
         scores = self.logits[position]
+        if self.raw_logprobs is not None and position not in self.raw_logprobs:
+            # Before the bans below mask the kept logits in place: the model's own distribution (vLLM's
+            # raw_logprobs), the same at a re-pick after a rollback.
+            self.raw_logprobs[position] = torch.log_softmax(scores.float(), dim=-1)
         # int64, so a LongTensor; transformers' processors are typed for that class, which slicing never returns.
         prefix = (cast(torch.LongTensor, self.input_ids[:, :len(self.prompt) + position])
                   if self.input_ids is not None else None)

@@ -54,7 +54,7 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "VLLMDriver", "VLLMUsage"]
 #: without prefix caching); smaller blocks were not swept here (docs/vllm.md).
 DEFAULT_BLOCK_SIZE = 32
 #: SamplingParams fields the vLLM engine does not implement (the embedded engine does).
-UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format")
+UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format", "logprobs")
 
 
 @dataclass(frozen=True)
