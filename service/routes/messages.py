@@ -44,7 +44,8 @@ from service.routes.chat import ToolUse, chat_template_for
 from service.runtime import Runtime
 from service.schemas.messages import STOP_REASONS, AnthropicError, MessageResponse, MessagesRequest, tool_input
 from service.tenants.access import caller_of
-from service.tool_calls import PARSERS, ToolCall, ToolCallStream, forced_prefix, parse_answer
+from service.tool_calls import ToolCall, ToolCallStream, parse_answer
+from service.tool_choice import Mode, tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
 ENDPOINT = "/v1/messages"
@@ -120,14 +121,10 @@ def _tool_use(runtime: Runtime, body: MessagesRequest) -> tuple[ToolUse | None, 
                            param="tool_choice.name")
     if not body.tools or (choice is not None and choice.type == "none"):
         return None, ()
-    parser = PARSERS[runtime.settings.tool_call_parser]
     single = bool(choice is not None and choice.disable_parallel_tool_use)
-    if choice is not None and choice.type == "tool":
-        stop = ("</tool_call>",) if runtime.settings.tool_call_parser == "hermes" else ()
-        return ToolUse(parser, forced_prefix(parser, choice.name), single=True), stop
-    if choice is not None and choice.type == "any":
-        return ToolUse(parser, forced_prefix(parser, None), single=single), ()
-    return ToolUse(parser, single=single), ()
+    kind = choice.type if choice is not None else "auto"
+    mode: Mode = "named" if kind == "tool" else "required" if kind == "any" else "auto"
+    return tool_use(runtime, mode, choice.name if choice is not None else None, single)
 
 
 def _tool_use_block(call: ToolCall) -> dict[str, Any]:
