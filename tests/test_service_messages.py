@@ -151,3 +151,23 @@ def test_errors_are_in_anthropics_shape_and_name_the_field(client, service):
     with pytest.raises(anthropic.AuthenticationError) as unauthenticated:
         anthropic.Anthropic(base_url=service.base_url, api_key="wrong", max_retries=0).messages.create(**ASK)
     assert unauthenticated.value.body["error"]["type"] == "authentication_error"
+
+
+def test_a_failure_mid_stream_ends_with_an_error_event(service, monkeypatch):
+    model = service.runtime.model
+    original, calls = model.forward, []
+
+    def fails_after_a_few_steps(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 6:
+            raise RuntimeError("injected fault")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", fails_after_a_few_steps)
+    events = events_of(service, {**ASK, "max_tokens": 400,
+                                 "messages": [{"role": "user", "content": "Write a long story about a dragon."}]})
+    name, error = events[-1]
+    assert name == "error" and error["error"]["type"] == "api_error"
+    assert "injected" not in error["error"]["message"]  # internals stay in the log
+    assert any(p["delta"].get("text") for n, p in events[:-1] if n == "content_block_delta")  # it was mid-stream
+    assert "message_stop" not in [n for n, _ in events]

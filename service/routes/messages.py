@@ -54,7 +54,6 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                503: "overloaded_error", 529: "overloaded_error"}
 _PING = 'event: ping\ndata: {"type":"ping"}\n\n'
-_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def error_type(status: int) -> str:
@@ -330,8 +329,6 @@ async def create_message(body: MessagesRequest, request: Request, response: Resp
                        caller=caller_of(request), extra_stop=extra_stop)
     shape = MessagesShape(runtime, body, tools, len(prompt_ids))
     answer = await respond(runtime, request, prepared, shape, ENDPOINT, message_events)
-    if isinstance(answer, StreamingResponse):
-        answer.headers.update(_HEADERS)
-    elif isinstance(answer, dict):
+    if isinstance(answer, dict):
         response.headers.update(guard_headers([answer["guardrail"]]))
     return answer
