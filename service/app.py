@@ -19,7 +19,19 @@ from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.observability import BodyLimitMiddleware, ObservabilityMiddleware
-from service.routes import admin, chat, check, completions, health, models, responses, tenants, watermark
+from service.routes import (
+    admin,
+    chat,
+    check,
+    completions,
+    health,
+    messages,
+    models,
+    moderations,
+    responses,
+    tenants,
+    watermark,
+)
 from service.settings import Settings
 from service.tenants.access import Tenants
 
@@ -68,6 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (chat.router, completions.router, responses.router, models.router, check.router, watermark.router,
                    admin.router, tenants.router, health.router):
         app.include_router(router)
+    # Other APIs' shapes on the same generation path and lists (Anthropic's Messages, OpenAI's moderations).
+    app.include_router(messages.router)
+    app.include_router(moderations.router)
     # Added last = outermost: the body limit answers before anything reads the body.
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -3,19 +3,64 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 
-from guardrail.matching.textmatch import TextMatcher
+from guardrail.matching.textmatch import TextMatch, TextMatcher
+from guardrail.wordlists.wordlist import WordList
 from service.auth import require_client
 from service.deps import RuntimeDep
 from service.errors import ApiError, documented_errors
 from service.request_lists import request_list, stored_lists
+from service.runtime import Runtime
 from service.schemas.check import MAX_CHECK_MATCHES, CheckMatch, CheckRequest, CheckResponse, ListVersion
+from service.schemas.terms import TermItem
+from service.stores.store import StoredWordList
 from service.tenants.access import caller_of
 from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
 
 router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_client)])
+
+
+@dataclass(frozen=True)
+class Scanner:
+    """The lists a request is scanned with (the caller's policy applied) and their matcher; shared by
+    ``/v1/check`` and ``/v1/moderations``."""
+
+    stored: tuple[StoredWordList, ...]
+    requested: WordList | None
+    obfuscation: str
+    runtime: Runtime
+
+    @classmethod
+    def for_request(cls, runtime: Runtime, request: Request, wordlists: Sequence[str] | None, terms: Sequence[TermItem],
+                    terms_param: str, obfuscation: str | None) -> Scanner:
+        """Raises:
+            ApiError: 403 naming the field the caller's policy does not allow; 404 for an unknown list.
+        """
+        caller = caller_of(request)
+        policy = caller.policy if caller is not None else ANONYMOUS_POLICY
+        try:
+            names = policy.wordlists(wordlists, runtime.default_wordlists)
+            policy.check_request_terms(len(terms), terms_param)
+            level = policy.obfuscation_for(obfuscation, runtime.settings.obfuscation)
+        except PolicyViolation as exc:
+            raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
+        return cls(stored_lists(runtime, names), request_list(runtime, terms), level, runtime)
+
+    @property
+    def list_names(self) -> list[str]:
+        """The names of the lists scanned (``request`` for the request's own terms)."""
+        return [s.wordlist.name for s in self.stored] + (["request"] if self.requested is not None else [])
+
+    def scan(self, text: str) -> list[TextMatch]:
+        """Every match in ``text``, overlapping ones too (CPU-bound: call from a worker thread)."""
+        found = self.runtime.text_matcher(self.stored, self.obfuscation).scan(text) if self.stored else []
+        if self.requested is not None:
+            found += TextMatcher([self.requested], obfuscation=self.obfuscation).scan(text)
+        return found
 
 
 @router.post("/check", response_model=CheckResponse, summary="Scan a text for banned terms",
@@ -32,19 +77,9 @@ def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckRes
     API key's policy applies as to a generation (its default, allowed and required lists, request terms,
     obfuscation floor).
     """
-    caller = caller_of(request)
-    policy = caller.policy if caller is not None else ANONYMOUS_POLICY
-    try:
-        names = policy.wordlists(body.wordlists, runtime.default_wordlists)
-        policy.check_request_terms(len(body.request_terms()), "bad_words" if body.bad_words else "banned_terms")
-        obfuscation = policy.obfuscation_for(body.obfuscation, runtime.settings.obfuscation)
-    except PolicyViolation as exc:
-        raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
-    stored = stored_lists(runtime, names)
-    found = runtime.text_matcher(stored, obfuscation).scan(body.text) if stored else []
-    requested = request_list(runtime, body.request_terms())
-    if requested is not None:
-        found += TextMatcher([requested], obfuscation=obfuscation).scan(body.text)
+    scanner = Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
+                                  "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
+    found = scanner.scan(body.text)
     first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
     matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
                for m in first]
@@ -53,5 +88,5 @@ def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckRes
         matches=matches,
         match_count=len(found),
         truncated=len(found) > len(matches),
-        wordlists=[ListVersion(name=s.wordlist.name, version=s.version) for s in stored],
+        wordlists=[ListVersion(name=s.wordlist.name, version=s.version) for s in scanner.stored],
     )

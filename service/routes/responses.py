@@ -1,10 +1,14 @@
 """``POST /v1/responses`` (OpenAI's Responses API, text in and out, streaming and not), translated onto the
 chat path: ``instructions`` becomes the system turn, ``input`` (a string or messages) the other turns,
 ``max_output_tokens`` the token limit. Nothing is stored (``store`` is ignored, ``previous_response_id`` is
-refused); tools are not offered on this endpoint yet (use chat completions)."""
+refused). Function tools (the Responses API's flat ``{"type": "function", "name", "description", "parameters"}``)
+are rendered by the chat template and read back by :mod:`service.tool_calls`, as on chat completions: calls are
+``function_call`` output items, and ``function_call`` / ``function_call_output`` input items are the earlier
+turns' calls and the tools' answers. Built-in tools (web search, file search …) are refused with 400."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
@@ -35,16 +39,20 @@ from service.generation import (
     sse_event,
     with_keepalive,
 )
+from service.routes.chat import ToolUse, chat_template_for
+from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.schemas.text import Text
 from service.tenants.access import caller_of
+from service.tool_calls import ToolCall, ToolCallStream, parse_answer
+from service.tool_choice import tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
 
 ENDPOINT = "/v1/responses"
 #: Responses fields that change the answer and are not implemented here: refused with 400 naming them.
-_REFUSED = ("previous_response_id", "tools", "conversation", "prompt", "background")
+_REFUSED = ("previous_response_id", "conversation", "prompt", "background")
 #: Why a response is incomplete, by finish_reason (OpenAI's ``incomplete_details.reason`` values).
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -69,23 +77,110 @@ class InputMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
+class FunctionCallItem(BaseModel):
+    """An earlier turn's call (``input`` item ``{"type": "function_call", "call_id", "name", "arguments"}``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call"]
+    call_id: Text
+    name: Text = Field(min_length=1, max_length=64)
+    arguments: Text = Field(description="The arguments as a JSON string.")
+
+
+class FunctionCallOutputItem(BaseModel):
+    """A tool's answer to a call (``{"type": "function_call_output", "call_id", "output"}``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call_output"]
+    call_id: Text
+    output: Text
+
+
+class FunctionTool(BaseModel):
+    """A function tool in the Responses API's flat shape."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"] = Field(description="Only function tools (built-in tools are refused with 400).")
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(None, description="A JSON Schema object.")
+    strict: bool | None = None
+
+    def function(self) -> dict[str, Any]:
+        """The tool as chat completions' function tool (what the chat templates render)."""
+        return {"type": "function", "function": self.model_dump(exclude_none=True, exclude={"type", "strict"})}
+
+
+class FunctionChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"]
+    name: Text
+
+
+InputItem = InputMessage | FunctionCallItem | FunctionCallOutputItem
+
+
 class ResponsesRequest(GenerationFields):
     """The Responses API's request; the sampling fields and this service's extensions (``banned_terms``,
     ``wordlists`` …) are those of chat completions."""
 
-    input: Text | Annotated[list[InputMessage], Field(min_length=1)] = Field(
-        description="A user message's text, or messages.")
+    input: Text | Annotated[list[InputItem], Field(min_length=1)] = Field(
+        description="A user message's text, or items: messages, function calls and their outputs.")
     instructions: Text | None = Field(None, description="A system message put before the input.")
     max_output_tokens: int | None = Field(None, ge=1, description="Completion token limit.")
     text: dict[str, Any] | None = Field(None, description='Output options: only {"format": {"type": "text"}}.')
+    tools: list[FunctionTool] | None = Field(None, max_length=128, description="Functions the model may call.")
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = Field(
+        None, description="As on chat completions; a named function is {\"type\": \"function\", \"name\"}.")
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one call is returned.")
     n: Literal[1] = 1
 
-    def messages(self) -> list[dict[str, str]]:
-        turns = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else [
-            {"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.input]
+    def messages(self) -> list[dict[str, Any]]:
+        """The turns as Hugging Face chat templates read them: consecutive ``function_call`` items are one
+        assistant turn's ``tool_calls`` (arguments as an object where they parse), a ``function_call_output``
+        a ``tool`` turn."""
+        turns: list[dict[str, Any]] = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else []
+        for item in self.input if not isinstance(self.input, str) else ():
+            if isinstance(item, InputMessage):
+                turns.append({"role": "system" if item.role == "developer" else item.role, "content": item.text()})
+            elif isinstance(item, FunctionCallOutputItem):
+                turns.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            else:
+                try:
+                    arguments: Any = json.loads(item.arguments)
+                except ValueError:
+                    arguments = item.arguments
+                call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": arguments}}
+                if not turns or turns[-1]["role"] != "assistant" or "tool_calls" not in turns[-1]:
+                    turns.append({"role": "assistant", "content": "", "tool_calls": []})
+                turns[-1]["tool_calls"].append(call)
         if self.instructions:
             turns.insert(0, {"role": "system", "content": self.instructions})
         return turns
+
+    def tool_use(self, runtime: Runtime) -> tuple[ToolUse | None, tuple[str, ...]]:
+        """How the answer is read for calls, and the stop strings a named call adds.
+
+        Raises:
+            ApiError: 400 naming ``tool_choice`` when it asks for a call without tools or names a function that
+                is not in ``tools``.
+        """
+        choice = self.tool_choice
+        if choice not in (None, "none") and not self.tools:
+            raise ApiError(400, "tool_choice needs tools", param="tool_choice", code="invalid_value")
+        if isinstance(choice, FunctionChoice) and choice.name not in {t.name for t in self.tools or ()}:
+            raise ApiError(400, f"tool_choice names function {choice.name!r}, which is not in tools",
+                           param="tool_choice.name", code="invalid_value")
+        if not self.tools or choice == "none":
+            return None, ()
+        if isinstance(choice, FunctionChoice):
+            return tool_use(runtime, "named", choice.name)
+        return tool_use(runtime, "required" if choice == "required" else "auto",
+                        single=self.parallel_tool_calls is False)
 
 
 def _usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -99,25 +194,30 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
 
 
 class ResponsesShape:
-    """``response`` objects; its stream events are written by :func:`response_events`."""
+    """``response`` objects; its stream events are written by :func:`response_events`. Output items: the message
+    (when the answer has text, or has nothing else), then one ``function_call`` item per call."""
 
     id_prefix = "resp"
 
-    def __init__(self, body: ResponsesRequest) -> None:
+    def __init__(self, body: ResponsesRequest, tools: ToolUse | None = None) -> None:
         self.request = body
+        self.tools = tools
         self.message_id = f"msg_{uuid.uuid4().hex}"
 
-    def response(self, c: ResponseIdentity, status: str, text: str | None = None,
+    def response(self, c: ResponseIdentity, status: str, output: list[dict[str, Any]] | None = None,
                  finish: ChoiceResult | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         reason = finish.finish.reason if finish is not None else None
-        output = [] if text is None else [self.message(text, "completed" if status == "completed" else status)]
+        choice = self.request.tool_choice
         return {
             "id": c.id, "object": "response", "created_at": c.created, "model": c.model, "status": status,
             "instructions": self.request.instructions, "max_output_tokens": self.request.max_output_tokens,
-            "temperature": self.request.temperature, "top_p": self.request.top_p, "output": output,
+            "temperature": self.request.temperature, "top_p": self.request.top_p, "output": output or [],
             "incomplete_details": {"reason": _INCOMPLETE[reason]} if reason in _INCOMPLETE else None,
-            "error": None, "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {
-                "format": {"type": "text"}}, "truncation": "disabled", "store": False,
+            "error": None, "parallel_tool_calls": self.request.parallel_tool_calls is not False,
+            "tool_choice": choice.model_dump() if isinstance(choice, FunctionChoice) else choice or (
+                "auto" if self.request.tools else "none"),
+            "tools": [t.model_dump(exclude_none=True) for t in self.request.tools or ()],
+            "text": {"format": {"type": "text"}}, "truncation": "disabled", "store": False,
             "usage": _usage(usage) if usage is not None else None,
             "guardrail": finish.guardrail if finish is not None else None,
         }
@@ -129,6 +229,22 @@ class ResponsesShape:
     @staticmethod
     def part(text: str) -> dict[str, Any]:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    @staticmethod
+    def call_item(call: ToolCall, arguments: str | None = None, status: str = "completed") -> dict[str, Any]:
+        return {"type": "function_call", "id": "fc_" + call.id.removeprefix("call_"), "call_id": call.id,
+                "name": call.name, "arguments": call.arguments if arguments is None else arguments, "status": status}
+
+    def output(self, text: str, calls: list[ToolCall], status: str) -> list[dict[str, Any]]:
+        items = [self.message(text, status)] if text or not calls else []
+        return items + [self.call_item(call) for call in calls]
+
+    def read(self, text: str) -> tuple[str, list[ToolCall]]:
+        """An answer's text and calls."""
+        if self.tools is None:
+            return text, []
+        content, calls = parse_answer(self.tools.parser, text, self.tools.prefix)
+        return content or "", self.tools.limit(calls)
 
     # -- ResponseShape (only body is used: the stream has its own writer) ---------------------------------
     def first_chunk(self, c: ResponseIdentity, index: int) -> None:
@@ -146,18 +262,29 @@ class ResponsesShape:
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         [result] = results
         status = "incomplete" if result.finish.reason in _INCOMPLETE else "completed"
-        return self.response(c, status, result.finish.text, result, usage)
+        text, calls = self.read(result.finish.text)
+        return self.response(c, status, self.output(text, calls, status), result, usage)
 
 
 async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Any,
                           c: ResponseIdentity, prepared: Prepared, first_text: Callable[[], None],
                           job: Job) -> AsyncIterator[str]:
-    """The Responses API's SSE: ``response.created``, ``response.in_progress``, the output item and its part
-    added, one ``response.output_text.delta`` per released text, the text, part and item done, then
-    ``response.completed`` (or ``response.incomplete``) with usage. A failure after the start becomes an
-    ``error`` event. No ``[DONE]``: the Responses API ends with the terminal event."""
+    """The Responses API's SSE: ``response.created``, ``response.in_progress``, then per output item: a message's
+    item and part added, one ``response.output_text.delta`` per released text, the text, part and item done; a
+    call's item added, its ``response.function_call_arguments.delta`` (whole, once the call is complete) and
+    ``.done``, the item done; then ``response.completed`` (or ``response.incomplete``) with usage. An answer with
+    no output is one empty message. A failure after the start becomes an ``error`` event. No ``[DONE]``: the
+    Responses API ends with the terminal event."""
     assert isinstance(shape, ResponsesShape)
+    tools = shape.tools
+    stream = ToolCallStream(tools.parser, tools.prefix) if tools is not None else None
     sequence = 0
+    items: list[dict[str, Any]] = []  # the output so far (a message while open: text still growing)
+    message_at: int | None = None  # the open message's output_index
+    text = ""
+    record = GuardRecord()
+    sent_text = False
+    calls_sent = 0
 
     def event(kind: str, **fields: Any) -> str:
         nonlocal sequence
@@ -165,37 +292,80 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
         payload = {"type": kind, "sequence_number": sequence - 1, **fields}
         return f"event: {kind}\n" + sse_event(payload)
 
-    where = {"item_id": shape.message_id, "output_index": 0, "content_index": 0}
-    text, record = "", GuardRecord()
+    def open_message() -> list[str]:
+        nonlocal message_at
+        message_at = len(items)
+        items.append(shape.message("", "in_progress"))
+        return [event("response.output_item.added", output_index=message_at, item={**items[-1], "content": []}),
+                event("response.content_part.added", item_id=shape.message_id, output_index=message_at,
+                      content_index=0, part=shape.part(""))]
+
+    def close_message(status: str) -> list[str]:
+        nonlocal message_at
+        assert message_at is not None
+        where = {"item_id": shape.message_id, "output_index": message_at, "content_index": 0}
+        items[message_at] = shape.message(text, status)
+        at, message_at = message_at, None
+        return [event("response.output_text.done", **where, text=text, logprobs=[]),
+                event("response.content_part.done", **where, part=shape.part(text)),
+                event("response.output_item.done", output_index=at, item=items[at])]
+
+    def emit(content: str, calls: list[ToolCall]) -> list[str]:
+        nonlocal text, calls_sent
+        out: list[str] = []
+        if content:
+            if message_at is None:
+                out += open_message()
+            text += content
+            out.append(event("response.output_text.delta", item_id=shape.message_id, output_index=message_at,
+                             content_index=0, delta=content, logprobs=[]))
+        for call in tools.limit(calls, calls_sent) if tools is not None else calls:
+            calls_sent += 1
+            if message_at is not None:
+                out += close_message("completed")
+            at = len(items)
+            items.append(shape.call_item(call))
+            out += [event("response.output_item.added", output_index=at,
+                          item=shape.call_item(call, arguments="", status="in_progress")),
+                    event("response.function_call_arguments.delta", item_id=items[at]["id"], output_index=at,
+                          delta=call.arguments),
+                    event("response.function_call_arguments.done", item_id=items[at]["id"], output_index=at,
+                          name=call.name, arguments=call.arguments),
+                    event("response.output_item.done", output_index=at, item=items[at])]
+        return out
+
     try:
         yield event("response.created", response=shape.response(c, "in_progress"))
         yield event("response.in_progress", response=shape.response(c, "in_progress"))
-        yield event("response.output_item.added", output_index=0, item={
-            "type": "message", "id": shape.message_id, "status": "in_progress", "role": "assistant", "content": []})
-        yield event("response.content_part.added", item_id=shape.message_id, output_index=0, content_index=0,
-                    part=shape.part(""))
         try:
             async for item in with_keepalive(prepend(first, events), prepared.keepalive_s):
                 if item is None:
                     yield SSE_KEEPALIVE
                 elif isinstance(item.event, TextDelta) and item.event.text:
-                    if not text:
-                        first_text()
-                    text += item.event.text
-                    yield event("response.output_text.delta", **where, delta=item.event.text, logprobs=[])
+                    content, calls = stream.feed(item.event.text) if stream is not None else (item.event.text, [])
+                    for line in emit(content, calls):
+                        if not sent_text:
+                            sent_text = True
+                            first_text()
+                        yield line
                 elif isinstance(item.event, Rollback):
                     record.add(item.event)
                 elif isinstance(item.event, Finish):
                     finish = item.event
-                    result = ChoiceResult(finish, record.to_dict(finish))
                     status = "incomplete" if finish.reason in _INCOMPLETE else "completed"
-                    yield event("response.output_text.done", **where, text=finish.text, logprobs=[])
-                    yield event("response.content_part.done", **where, part=shape.part(finish.text))
-                    yield event("response.output_item.done", output_index=0, item=shape.message(finish.text, status))
+                    for line in emit(*stream.finish()) if stream is not None else ():
+                        yield line
+                    if not items:
+                        for line in open_message():
+                            yield line
+                    if message_at is not None:
+                        for line in close_message(status):
+                            yield line
+                    result = ChoiceResult(finish, record.to_dict(finish))
                     total = UsageTotal()
                     total.add(finish.usage)
-                    yield event(f"response.{status}",
-                                response=shape.response(c, status, finish.text, result, total.to_dict()))
+                    yield event(f"response.{status}", response=shape.response(c, status, items, result,
+                                                                              total.to_dict()))
         except ServerShuttingDown as exc:  # the drain deadline passed (service/drain.py)
             body = error_body(str(exc), status=503, code=SHUTTING_DOWN)["error"]
             yield event("error", code=body["code"], message=body["message"], param=None)
@@ -221,14 +391,20 @@ async def create_response(body: ResponsesRequest, request: Request, response: Re
     text_format = (body.text or {}).get("format") or {}
     if not isinstance(text_format, dict) or text_format.get("type", "text") != "text":
         raise ApiError(400, "only text output is supported", param="text.format", code="unsupported_parameter")
+    tools, extra_stop = body.tool_use(runtime)
+    tool_list = [t.function() for t in body.tools] if tools is not None and body.tools else None
     messages = body.messages()
-    prompt_ids = await prompt_token_ids(runtime, "input", messages=messages)
+    prompt_ids = await prompt_token_ids(runtime, "input", messages=messages, tools=tool_list,
+                                        chat_template=chat_template_for(runtime, tool_list is not None),
+                                        assistant_prefix=tools.prefix if tools is not None else "")
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
+    if tool_list:
+        fields["tools"] = len(tool_list)
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages
     prepared = prepare(runtime, body, prompt_ids, body.max_output_tokens or body.max_tokens, fields,
-                       prompt_param="input", caller=caller_of(request))
-    answer = await respond(runtime, request, prepared, ResponsesShape(body), ENDPOINT, response_events)
+                       prompt_param="input", caller=caller_of(request), extra_stop=extra_stop)
+    answer = await respond(runtime, request, prepared, ResponsesShape(body, tools), ENDPOINT, response_events)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([answer["guardrail"]]))
     return answer

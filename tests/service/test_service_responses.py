@@ -3,6 +3,8 @@ answers, streaming events, the guard, incomplete answers and refused fields."""
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from helpers.service import MODEL
@@ -57,3 +59,47 @@ def test_fields_this_endpoint_cannot_honour_are_a_400_naming_them(openai_client,
     with pytest.raises(openai.BadRequestError) as failure:
         openai_client.responses.create(**ASK, extra_body={field: value})
     assert error_of(failure.value)["param"] in (field, f"{field}.format")
+
+
+# -- tools: the flat function tool shape, function_call items out and in ----------------------------------
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
+                          "required": ["city"]}}
+# One worked example first (as tests/test_service_tools.py does for chat): SmolLM2-135M writes a well-formed call
+# after it. Here the example travels as a function_call item and its function_call_output.
+ASK_WEATHER = [
+    {"role": "user", "content": "What is the weather like in London?"},
+    {"type": "function_call", "call_id": "call_0", "name": "get_weather", "arguments": '{"city": "London"}'},
+    {"type": "function_call_output", "call_id": "call_0", "output": "Rainy, 12 degrees Celsius."},
+    {"role": "assistant", "content": "It is rainy in London, 12 degrees Celsius."},
+    {"role": "user", "content": "What is the weather like in Paris?"},
+]
+TOOL_ASK = {"model": MODEL, "input": ASK_WEATHER, "tools": [WEATHER], "temperature": 0, "max_output_tokens": 24,
+            "tool_choice": {"type": "function", "name": "get_weather"}}
+
+
+def test_a_named_tool_choice_answers_with_a_function_call_item(openai_client):
+    response = openai_client.responses.create(**TOOL_ASK)
+    assert response.status == "completed"
+    [call] = response.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.call_id.startswith("call_")
+    assert json.loads(call.arguments) == {"city": "Paris"}
+    assert response.tools[0].name == "get_weather" and response.tool_choice.name == "get_weather"
+    events = list(openai_client.responses.create(**TOOL_ASK, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[2:6] == ["response.output_item.added", "response.function_call_arguments.delta",
+                          "response.function_call_arguments.done", "response.output_item.done"]
+    [streamed] = events[-1].response.output
+    assert (streamed.type, streamed.name, streamed.arguments) == ("function_call", call.name, call.arguments)
+
+
+def test_tools_without_a_call_answer_with_text_and_bad_tools_are_a_400(openai_client):
+    response = openai_client.responses.create(**ASK, tools=[WEATHER], tool_choice="none")
+    assert "Paris" in response.output_text and [item.type for item in response.output] == ["message"]
+    with pytest.raises(openai.BadRequestError) as built_in:
+        openai_client.responses.create(**ASK, tools=[{"type": "web_search"}])
+    assert error_of(built_in.value)["param"].startswith("tools.0")
+    with pytest.raises(openai.BadRequestError) as unknown:
+        openai_client.responses.create(**ASK, tools=[WEATHER], tool_choice={"type": "function", "name": "other"})
+    assert error_of(unknown.value)["param"] == "tool_choice.name"
