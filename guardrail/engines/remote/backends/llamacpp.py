@@ -13,8 +13,8 @@ Differences from vLLM the engine relies on:
 - no ``min_tokens``: the end ids are banned (``[id, false]``) while fewer tokens are kept, which is what
   vLLM's ``min_tokens`` does.
 - no ``stop_token_ids``: the gateway's session ends the answer on them and closes the stream.
-- repetition penalties look back over the last ``repeat_last_n`` tokens; ``-1`` (the whole context) is sent,
-  so prompt and answer count as on vLLM.
+- repetition penalties look back over the last ``repeat_last_n`` tokens; the prompt's and the request's token
+  count is sent (the whole context: ``-1`` is refused), so prompt and answer count as on vLLM.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class LlamaCppAPI:
             "min_p": params.min_p,
             "typical_p": 1.0,
             "repeat_penalty": params.repetition_penalty,
-            "repeat_last_n": -1,
+            # The whole context, prompt included, as vLLM (this server refuses -1).
+            "repeat_last_n": len(submission.prompt) + submission.max_tokens,
             "presence_penalty": params.presence_penalty,
             "frequency_penalty": params.frequency_penalty,
             "ignore_eos": params.ignore_eos,
