@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install serve test test-fast bench vllm-install vllm-test
+.PHONY: install serve test test-fast bench vllm-install vllm-test llamacpp-install llamacpp-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,3 +75,30 @@ vllm-test: vllm-install install
 	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} $(VLLM_BIN)/python -m pytest -q tests/engines/vllm $(PYTEST_ARGS)
 	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-nobind} GUARDRAIL_VLLM_PYTHON=$(abspath $(VLLM_BIN))/python \
 		$(BIN)/python -m pytest -q tests/engines/remote/gateway $(PYTEST_ARGS)
+
+# llama.cpp as the gateway's upstream (docs/engines.md, "llama.cpp"): llama.cpp's own llama-server, built from the
+# llama.cpp that requirements-llamacpp.txt pins (scripts/build-llama-server.sh), and llama-cpp-python's server in
+# .venv-llamacpp (which the gateway refuses: text only). Both compile llama.cpp from source (cmake, a C++
+# compiler): about 40 min on 2 shared cores, so CI does not run this target (README).
+LLAMACPP_VENV ?= .venv-llamacpp
+LLAMACPP_BIN  := $(LLAMACPP_VENV)/bin
+LLAMACPP_DIR  ?= .cache/llamacpp
+LLAMA_SERVER  := $(LLAMACPP_DIR)/build/bin/llama-server
+
+$(LLAMACPP_BIN)/python:
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+
+$(LLAMACPP_VENV)/.installed: requirements-llamacpp.txt | $(LLAMACPP_BIN)/python
+	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} $(LLAMACPP_BIN)/pip install --quiet -r requirements-llamacpp.txt
+	touch $@
+
+$(LLAMA_SERVER): requirements-llamacpp.txt scripts/build-llama-server.sh | $(LLAMACPP_BIN)/python
+	bash scripts/build-llama-server.sh $(LLAMACPP_BIN)/pip $(LLAMACPP_DIR)
+
+llamacpp-install: $(LLAMACPP_VENV)/.installed $(LLAMA_SERVER)
+
+# tests/engines/remote/llamacpp/: the service from .venv in front of llama-server (one thread), and llama-cpp-python's
+# server refused; skipped by `make test` (GUARDRAIL_LLAMA_SERVER unset there).
+llamacpp-test: llamacpp-install install
+	GUARDRAIL_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) GUARDRAIL_LLAMA_CPP_PYTHON=$(abspath $(LLAMACPP_BIN))/python \
+		$(BIN)/python -m pytest -q tests/engines/remote/llamacpp $(PYTEST_ARGS)

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     )
     upstream_url: str | None = Field(
         None, description="engine=remote: the upstream server's root URL (vLLM's OpenAI server: http://host:8000).")
+    upstream_api: Literal["auto", "vllm", "llamacpp"] = Field(
+        "auto", description="engine=remote: the upstream's API: vllm (vLLM's OpenAI server), llamacpp (llama.cpp's "
+        "llama-server) or auto (read from its /v1/models at start-up); docs/engines.md.")
     upstream_model: str | None = Field(
         None, description="engine=remote: the upstream model id requests name; unset = the first /v1/models lists.")
     upstream_max_streams: int = Field(

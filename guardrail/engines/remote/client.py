@@ -1,4 +1,5 @@
-"""HTTP to the upstream inference server (vLLM's OpenAI server): httpx, one pooled keep-alive client.
+"""HTTP to the upstream inference server (vLLM's OpenAI server, llama.cpp's server): httpx, one pooled
+keep-alive client.
 
 Retries: on connect errors only (httpx's transport retries a connection that could not be opened; a request
 that reached the server is never sent twice, so a generation is never run twice). Timeouts: connect and
@@ -78,21 +79,38 @@ class UpstreamClient:
 
     @contextmanager
     def stream_completion(self, body: dict[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
-        """``POST /v1/completions`` with ``stream: true``: the SSE ``data:`` chunks, parsed, up to ``[DONE]``.
+        """``POST /v1/completions`` with ``stream: true``: the SSE ``data:`` chunks, parsed, up to ``[DONE]``
+        (:meth:`stream_sse`).
 
         Leaving the ``with`` block before the end closes the connection, which makes vLLM abort the request
         (it frees the request's KV blocks; full blocks stay in its prefix cache).
+        """
+        with self.stream_sse("/v1/completions", body) as chunks:
+            yield chunks
+
+    @contextmanager
+    def stream_sse(self, path: str, body: dict[str, Any], *,
+                   until_done: bool = True) -> Iterator[Iterator[dict[str, Any]]]:
+        """``POST path`` with ``stream: true``: the SSE ``data:`` chunks, parsed.
+
+        Args:
+            until_done: the stream ends with ``data: [DONE]`` (OpenAI's APIs); a stream that ends without it
+                broke. ``False``: it ends when the server closes it (llama.cpp's ``/completion``: its last
+                chunk says ``stop: true``, which the caller checks).
+
+        Leaving the ``with`` block before the end closes the connection; vLLM and llama.cpp's server then
+        abort the request.
 
         Raises:
             httpx.TransportError: the upstream cannot be reached, or the connection broke midway.
             UpstreamError: an error status (its body's message), a malformed chunk, or an ``error`` chunk.
         """
-        with self._client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        with self._client.stream("POST", path, json={**body, "stream": True}) as response:
             if not response.is_success:
                 response.read()
-                raise UpstreamError(f"upstream /v1/completions answered {response.status_code}: "
+                raise UpstreamError(f"upstream {path} answered {response.status_code}: "
                                     f"{_message(response)}", response.status_code)
-            yield _chunks(response)
+            yield _chunks(response, until_done)
 
     def _json(self, response: httpx.Response) -> Any:
         if not response.is_success:
@@ -104,7 +122,7 @@ class UpstreamClient:
             raise UpstreamError(f"upstream {response.request.url.path} answered a body that is not JSON") from exc
 
 
-def _chunks(response: httpx.Response) -> Iterator[dict[str, Any]]:
+def _chunks(response: httpx.Response, until_done: bool) -> Iterator[dict[str, Any]]:
     for line in response.iter_lines():
         if not line.startswith("data:"):
             continue  # blank separators, comments, other SSE fields
@@ -118,7 +136,8 @@ def _chunks(response: httpx.Response) -> Iterator[dict[str, Any]]:
         if "error" in chunk and "choices" not in chunk:
             raise UpstreamError(f"upstream stream error: {_short(chunk['error'])}")
         yield chunk
-    raise httpx.RemoteProtocolError("the upstream stream ended without [DONE]")
+    if until_done:
+        raise httpx.RemoteProtocolError("the upstream stream ended without [DONE]")
 
 
 def _message(response: httpx.Response) -> str:

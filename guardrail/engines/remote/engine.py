@@ -16,6 +16,9 @@ resubmission, as on the in-process vLLM engine (docs/design.md, "Engines and sca
 The resubmitted prompt is the aborted request's prefix: an upstream with prefix caching serves it from the KV
 blocks that request filled (only the tail past the last full block is prefilled again).
 
+The request body, the stream's reading and the start-up check differ per server API (vLLM's OpenAI server,
+llama.cpp's server): :mod:`guardrail.engines.remote.backends`, one module each.
+
 Fail closed: ``logit_bias`` is a bias, not a mask (vLLM clamps it to -100). A token the upstream returns
 although it was banned for that request is never given to the session: it counts as a hit at that position
 (``max_rollbacks_per_position`` and ``max_rollbacks`` apply; beyond them ``content_filter``), and the position
@@ -35,24 +38,26 @@ from typing import Any
 import httpx
 
 from guardrail.engines.base import EngineHealth, EngineUnavailable, check_request
+from guardrail.engines.remote.backends import Submission, UpstreamAPI, WithheldTokens, connect
+from guardrail.engines.remote.backends.vllm import BAN_BIAS, VLLMAPI
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
-from guardrail.engines.remote.upstream import UpstreamInfo, check_upstream
+from guardrail.engines.remote.upstream import UpstreamInfo
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import GuardSession
 from guardrail.guard.verdict import KEEP, judge, judge_end
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
-from guardrail.params import GREEDY_TEMPERATURE, SamplingParams
+from guardrail.params import SamplingParams
 
 __all__ = ["BAN_BIAS", "RemoteEngine", "RemoteUsage"]
 
 log = logging.getLogger("guardrail.engines.remote")
 
-#: The ``logit_bias`` of a banned id: vLLM clamps biases to [-100, 100]; -100 leaves a probability of about
-#: e^-100 relative to the top token, never picked greedily (and caught if picked: fail closed).
-BAN_BIAS = -100.0
-#: SamplingParams fields the gateway does not implement (the embedded engine does).
-UNSUPPORTED = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format", "logprobs")
+#: SamplingParams fields the gateway does not implement on vLLM (the embedded engine does); each API names its own.
+UNSUPPORTED = VLLMAPI.unsupported
+#: Tokens asked for in one response after a stream held ids back (:class:`WithheldTokens`): a UTF-8 character
+#: is at most 4 bytes, a token at least 1, so 4 more complete the character the withheld tokens began.
+RECOVERY_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,14 @@ class RemoteUsage(Usage):
         resubmissions: re-picks after a hit (``max_tokens: 1`` requests with the position's bans);
             ``reprefills`` counts the same.
         banned_returned: tokens the upstream returned despite their ban (each counted as a hit, never kept).
+        withheld: streams that held token ids back (llama.cpp: a token ending inside a UTF-8 character), each
+            followed by a non-streamed request for the missing tokens.
     """
 
     requests: int = 0
     resubmissions: int = 0
     banned_returned: int = 0
+    withheld: int = 0
 
 
 class _Counters:
@@ -76,6 +84,8 @@ class _Counters:
         self.requests = 0
         self.resubmissions = 0
         self.banned_returned = 0
+        self.withheld = 0
+        self.recover = False  # the last stream held ids back: ask for the next tokens in one response
         self.chunks = 0
         self.cached_tokens = 0
         self.banned_at: dict[int, int] = {}
@@ -119,13 +129,15 @@ class _Verdicts:
 
 
 class RemoteEngine:
-    """The gateway to an OpenAI-compatible upstream that takes and returns token ids (vLLM's server).
+    """The gateway to an upstream that takes and returns token ids (vLLM's OpenAI server, llama.cpp's server).
 
     Args:
         url: the upstream's root URL.
         tokenizer: the upstream model's tokenizer (checked against the upstream at :meth:`start`).
         vocab: its bytes table (the artefacts are compiled for it).
         model: the upstream model id (default: the first ``/v1/models`` lists).
+        api: the upstream's API: ``auto`` (detected at :meth:`start`), ``vllm`` or ``llamacpp``
+            (:mod:`guardrail.engines.remote.backends`).
         capacity: streams at once (the worker's threads; one pooled connection each).
         connect_timeout_s, read_timeout_s, retries: see :class:`UpstreamClient`.
         health_interval_s: how often ``/health`` is probed, seconds.
@@ -136,7 +148,8 @@ class RemoteEngine:
 
     name = "remote"
 
-    def __init__(self, url: str, tokenizer: Any, vocab: TokenVocab, *, model: str | None = None, capacity: int = 32,
+    def __init__(self, url: str, tokenizer: Any, vocab: TokenVocab, *, model: str | None = None, api: str = "auto",
+                 capacity: int = 32,
                  connect_timeout_s: float = 2.0, read_timeout_s: float = 60.0, retries: int = 2,
                  health_interval_s: float = 1.0, retry_after_s: int = 1, context_length: int = 2048,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -151,6 +164,8 @@ class RemoteEngine:
         self.client = UpstreamClient(url, max_connections=capacity + 2, connect_timeout_s=connect_timeout_s,
                                      read_timeout_s=read_timeout_s, retries=retries, transport=transport)
         self.info: UpstreamInfo | None = None
+        self.api: UpstreamAPI | None = None
+        self._api_name = api
         self._model = model
         self._health_interval_s = health_interval_s
         self._probe_timeout_s = connect_timeout_s
@@ -161,16 +176,18 @@ class RemoteEngine:
 
     # -- Engine --------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Check the upstream (:func:`check_upstream`) and start the health probe.
+        """Pick the upstream's API and check the upstream (:func:`~guardrail.engines.remote.backends.connect`),
+        then start the health probe.
 
         Raises:
             UpstreamMismatch: unreachable, another tokenizer, or a missing capability (named).
         """
-        self.info = check_upstream(self.client, self.tokenizer, self._model)
+        self.api, self.info = connect(self.client, self.tokenizer, self._model, self._api_name)
         if self.info.max_model_len:
             self.context_length = self.info.max_model_len
         self._health = EngineHealth(True, f"upstream {self.url} serves {self.info.model!r}")
-        log.info("upstream checked", extra={"upstream": self.url, "upstream_model": self.info.model,
+        log.info("upstream checked", extra={"upstream": self.url, "upstream_api": self.info.api,
+                                            "upstream_model": self.info.model,
                                             "max_model_len": self.context_length})
         self._prober = threading.Thread(target=self._probe, name="guardrail-upstream-health", daemon=True)
         self._prober.start()
@@ -196,7 +213,7 @@ class RemoteEngine:
                 connection broke).
         """
         prompt = check_request(prompt_ids, params, num_logits=self.num_logits, max_model_len=self.context_length,
-                               unsupported=UNSUPPORTED, engine="remote engine")
+                               unsupported=self.api.unsupported if self.api else UNSUPPORTED, engine="remote engine")
         if not self._health.ok:
             raise EngineUnavailable(f"the upstream is down ({self._health.detail})", self._retry_after_s)
         session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
@@ -220,11 +237,15 @@ class RemoteEngine:
             bans = session.bans.banned(position)
             banned = {int(t) for t in session.always_banned} | {int(t) for t in bans}
             single = bool(bans)  # a re-pick: one token under the position's bans, then a plain continuation
-            body = self._body(prompt + list(session.token_ids), params, 1 if single else room, banned, position,
-                              counters.requests)
+            recover, counters.recover = counters.recover, False
+            assert self.api is not None and self.info is not None, "start() checks the upstream first"
+            body = self.api.body(Submission(
+                self.info.model, prompt + list(session.token_ids), params,
+                1 if single else min(room, RECOVERY_TOKENS) if recover else room, frozenset(banned), position,
+                counters.requests, params.end_ids(self.eos_ids), whole=single or recover))
             counters.requests += 1
             counters.resubmissions += single
-            reason = yield from self._request(body, session, verdicts, banned, cancel, counters, params)
+            reason = yield from self._request(body, single, session, verdicts, banned, cancel, counters, params)
             yield from verdicts.drain()  # a rollback's or a verdict finish's events: the stream is closed now
             if reason is not None:
                 yield from self._finish(session, reason, counters)
@@ -232,40 +253,43 @@ class RemoteEngine:
             if session.finished:  # the verdict finished it (through _Verdicts.on_finish)
                 return
 
-    def _request(self, body: dict[str, Any], session: GuardSession, verdicts: _Verdicts, banned: set[int],
-                 cancel: threading.Event, counters: _Counters,
+    def _request(self, body: dict[str, Any], single: bool, session: GuardSession, verdicts: _Verdicts,
+                 banned: set[int], cancel: threading.Event, counters: _Counters,
                  params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
         """Stream one upstream request through the session (:func:`~guardrail.guard.verdict.judge`). Returns
         (as the generator's value) the reason of a finish the engine decides itself (cancel, timeout, the
         banned-token budget), or ``None``: the next request (a rollback, a re-pick done, the upstream's
-        length) or, when ``session.finished``, the end (a verdict finish; its events wait in ``verdicts``)."""
+        length, ids held back) or, when ``session.finished``, the end (a verdict finish; its events wait in
+        ``verdicts``)."""
+        assert self.api is not None, "start() checks the upstream first"
         received = 0
         upstream_reason = None
         try:
-            with self.client.stream_completion(body) as chunks:
-                for chunk in chunks:
-                    counters.chunks += bool(chunk.get("choices"))  # one decode step each (the usage chunk: none)
-                    usage = chunk.get("usage") or {}
-                    if usage and counters.requests == 1:  # the prompt as the client sent it, as on every engine
-                        counters.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-                                                     or 0)
-                    for choice in chunk.get("choices") or ():
-                        ids = choice.get("token_ids")
-                        if ids is None:
-                            raise UpstreamError("upstream stream chunk without token_ids (return_token_ids)")
-                        for token in ids:
-                            received += 1
-                            token = int(token)
-                            if token in banned or not 0 <= token < self.num_logits:
-                                return self._banned_returned(session, counters, params)  # closes the stream
-                            if judge(session, token, verdicts) != KEEP:
-                                return None  # leaving the block closes the stream: the upstream aborts
-                            yield from verdicts.drain()
-                            if cancel.is_set():
-                                return "cancelled"
-                            if time.perf_counter() - counters.started > params.timeout_s:
-                                return "length"
-                        upstream_reason = choice.get("finish_reason") or upstream_reason
+            with self.api.stream(self.client, body) as pieces:
+                for piece in pieces:
+                    counters.chunks += piece.steps
+                    if counters.requests == 1:  # the prompt as the client sent it, as on every engine
+                        counters.cached_tokens += piece.cached_tokens
+                    for token in piece.token_ids:
+                        received += 1
+                        token = int(token)
+                        if token in banned or not 0 <= token < self.num_logits:
+                            return self._banned_returned(session, counters, params)  # closes the stream
+                        if judge(session, token, verdicts) != KEEP:
+                            return None  # leaving the block closes the stream: the upstream aborts
+                        yield from verdicts.drain()
+                        if cancel.is_set():
+                            return "cancelled"
+                        if time.perf_counter() - counters.started > params.timeout_s:
+                            return "length"
+                        if single:
+                            return None  # a re-pick keeps one token (llama.cpp may decode more to end a character)
+                    upstream_reason = piece.finish_reason or upstream_reason
+        except WithheldTokens as exc:
+            counters.withheld += 1
+            counters.recover = True
+            log.info("upstream stream held token ids back", extra={"missing": exc.missing})
+            return None  # the kept tokens are complete up to the gap: the next request asks again, in one answer
         except httpx.ConnectError as exc:
             self._health = EngineHealth(False, f"upstream {self.url} refused a connection")
             if counters.requests == 1:
@@ -276,7 +300,7 @@ class RemoteEngine:
             raise RuntimeError(f"the upstream connection failed midway ({type(exc).__name__})") from exc
         if received == 0:
             raise UpstreamError(f"upstream returned no token (finish_reason={upstream_reason!r})")
-        if body["max_tokens"] == 1 or upstream_reason == "length":
+        if single or upstream_reason == "length":
             return None  # a re-pick done, or the upstream's own token limit: ask for the rest
         # The upstream ended the text where the session did not (its stop): the end-of-text rule applies.
         judge_end(session, verdicts, "stop" if upstream_reason == "stop" else "length")
@@ -294,44 +318,14 @@ class RemoteEngine:
             return "content_filter"
         return None
 
-    def _body(self, prompt: list[int], params: SamplingParams, max_tokens: int, banned: set[int], position: int,
-              submissions: int) -> dict[str, Any]:
-        assert self.info is not None, "start() checks the upstream first"
-        bias = {str(k): float(v) for k, v in params.logit_bias.items()}
-        bias.update({str(t): BAN_BIAS for t in banned})  # a client's bias never lifts a ban
-        greedy = params.temperature < GREEDY_TEMPERATURE
-        body: dict[str, Any] = {
-            "model": self.info.model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0.0 if greedy else params.temperature,
-            "top_p": params.top_p,
-            "top_k": params.top_k if params.top_k > 0 else -1,
-            "min_p": params.min_p,
-            "repetition_penalty": params.repetition_penalty,
-            "presence_penalty": params.presence_penalty,
-            "frequency_penalty": params.frequency_penalty,
-            # A continuation's output starts at `position`: min_tokens counts what is still owed.
-            "min_tokens": max(0, params.min_tokens - position),
-            "ignore_eos": params.ignore_eos,
-            "stop_token_ids": sorted(params.end_ids(self.eos_ids)),
-            "return_token_ids": True,
-            "stream_options": {"include_usage": True},
-        }
-        if bias:
-            body["logit_bias"] = bias
-        if params.seed is not None:
-            # Each request draws afresh: a repeated seed would re-draw the token the rollback rejected.
-            body["seed"] = (params.seed + submissions) % 2**63
-        return body
-
     def _finish(self, session: GuardSession, reason: FinishReason, counters: _Counters) -> Iterator[Event]:
         events = session.finish(reason, forward_passes=counters.chunks, reprefills=counters.resubmissions,
                                 seconds=time.perf_counter() - counters.started, cached_tokens=counters.cached_tokens)
         *rest, last = events
         assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
         usage = RemoteUsage(**asdict(last.usage), requests=counters.requests,
-                            resubmissions=counters.resubmissions, banned_returned=counters.banned_returned)
+                            resubmissions=counters.resubmissions, banned_returned=counters.banned_returned,
+                            withheld=counters.withheld)
         yield from rest
         yield Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)
 

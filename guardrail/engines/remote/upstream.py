@@ -1,12 +1,15 @@
 """The start-up check of an upstream: reachable, serving a model, the same tokenizer, token ids in and out.
 
+The parts every API shares live here; what differs per server API (the tokenizer endpoint, the completion
+probe) is in :mod:`guardrail.engines.remote.backends`.
+
 A gateway that guarded another vocab than the upstream decodes would match the wrong bytes: every check
 here fails with :class:`UpstreamMismatch`, naming what differs, and the service refuses to start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,8 @@ import httpx
 
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 
-__all__ = ["SAMPLE_TEXTS", "UpstreamInfo", "UpstreamMismatch", "check_upstream"]
+__all__ = ["SAMPLE_TEXTS", "UpstreamInfo", "UpstreamMismatch", "check_upstream", "compare_tokenizers", "list_models",
+           "pick_model"]
 
 #: Texts both tokenizers must split into the same ids: prose, code, digits, whitespace runs, accents, CJK,
 #: emoji (byte fallback), and text that looks like special tokens.
@@ -42,23 +46,32 @@ class UpstreamInfo:
     Attributes:
         model: the model id requests name (``/v1/models``).
         max_model_len: the upstream's context, tokens (``None``: it does not say).
+        api: the upstream's API (``"vllm"``, ``"llamacpp"``; :mod:`guardrail.engines.remote.backends`).
     """
 
     model: str
     max_model_len: int | None
+    api: str = "vllm"
 
 
 def check_upstream(client: UpstreamClient, tokenizer: Any, model: str | None = None,
-                   samples: Sequence[str] = SAMPLE_TEXTS) -> UpstreamInfo:
-    """Check ``client``'s upstream against ``tokenizer`` (a transformers tokenizer).
-
-    Args:
-        model: the upstream model id to use (default: the only one ``/v1/models`` lists, else its first).
+                   samples: Sequence[str] = SAMPLE_TEXTS, api: str = "auto") -> UpstreamInfo:
+    """Check ``client``'s upstream against ``tokenizer`` (a transformers tokenizer) through the API ``api``
+    names (``auto``: detected); see :func:`guardrail.engines.remote.backends.connect`.
 
     Raises:
-        UpstreamMismatch: unreachable; no model, or not ``model``; no ``/tokenize``; a sample text tokenized
-            differently (the text's index and the first differing position); completions that do not take
-            token ids or return them (``return_token_ids``).
+        UpstreamMismatch: as :func:`~guardrail.engines.remote.backends.connect`.
+    """
+    from guardrail.engines.remote.backends import connect  # the backends import this module's types
+
+    return connect(client, tokenizer, model, api, samples)[1]
+
+
+def list_models(client: UpstreamClient) -> list[dict[str, Any]]:
+    """The cards ``GET /v1/models`` lists (vLLM and llama.cpp's server both serve it).
+
+    Raises:
+        UpstreamMismatch: unreachable, no such endpoint, or no model listed.
     """
     url = client.base_url
     try:
@@ -68,28 +81,40 @@ def check_upstream(client: UpstreamClient, tokenizer: Any, model: str | None = N
     except UpstreamError as exc:
         raise UpstreamMismatch(f"upstream {url}: no OpenAI models endpoint ({exc})") from exc
     cards = listed.get("data") if isinstance(listed, dict) else None
-    if not cards:
+    if not cards or not all(isinstance(card, dict) for card in cards):
         raise UpstreamMismatch(f"upstream {url}: /v1/models lists no model")
+    return cards
+
+
+def pick_model(url: str, cards: Sequence[dict[str, Any]], model: str | None) -> dict[str, Any]:
+    """The card of ``model`` (default: the first listed).
+
+    Raises:
+        UpstreamMismatch: ``model`` is not listed.
+    """
     ids = [str(card.get("id")) for card in cards]
     if model is None:
-        card = cards[0]
-    elif model in ids:
-        card = cards[ids.index(model)]
-    else:
-        raise UpstreamMismatch(f"upstream {url} does not serve model {model!r} (it lists {ids})")
-    name = str(card["id"])
-    max_model_len = card.get("max_model_len")
+        return cards[0]
+    if model in ids:
+        return cards[ids.index(model)]
+    raise UpstreamMismatch(f"upstream {url} does not serve model {model!r} (it lists {ids})")
 
+
+def compare_tokenizers(url: str, name: str, tokenizer: Any, samples: Sequence[str],
+                       tokenize: Callable[[str], list[int]]) -> None:
+    """Check that ``tokenize`` (the upstream's tokenizer endpoint, no special tokens added, special-token text
+    parsed) splits every sample as ``tokenizer`` does.
+
+    Raises:
+        UpstreamMismatch: a sample tokenized differently (its index and the first differing position), or the
+            upstream unreachable.
+    """
     for index, text in enumerate(samples):
         ours = list(tokenizer.encode(text, add_special_tokens=False))
         try:
-            answer = client.post_json("/tokenize", {"model": name, "prompt": text, "add_special_tokens": False})
-        except UpstreamError as exc:
-            raise UpstreamMismatch(f"upstream {url}: no /tokenize endpoint to compare tokenizers with ({exc}); "
-                                   "vLLM's OpenAI server has one") from exc
+            theirs = [int(t) for t in tokenize(text)]
         except httpx.HTTPError as exc:
             raise UpstreamMismatch(f"upstream {url} cannot be reached ({type(exc).__name__})") from exc
-        theirs = [int(t) for t in answer.get("tokens", [])]
         if theirs != ours:
             at = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
                       min(len(ours), len(theirs)))
@@ -98,16 +123,3 @@ def check_upstream(client: UpstreamClient, tokenizer: Any, model: str | None = N
                 f"differently from GUARDRAIL_TOKENIZER (first difference at token {at}: ours "
                 f"{ours[at:at + 3]}, theirs {theirs[at:at + 3]}); set GUARDRAIL_TOKENIZER to the upstream "
                 "model's tokenizer")
-
-    probe = list(tokenizer.encode(samples[0], add_special_tokens=False))
-    body = {"model": name, "prompt": probe, "max_tokens": 1, "temperature": 0, "return_token_ids": True}
-    try:
-        with client.stream_completion(body) as chunks:
-            returned = [t for chunk in chunks for choice in chunk.get("choices", ())
-                        for t in choice.get("token_ids") or ()]
-    except (UpstreamError, httpx.HTTPError) as exc:
-        raise UpstreamMismatch(f"upstream {url}: /v1/completions refused a prompt of token ids ({exc})") from exc
-    if not returned:
-        raise UpstreamMismatch(f"upstream {url}: /v1/completions does not return token ids (return_token_ids); "
-                               "the gateway must see every token the upstream decodes")
-    return UpstreamInfo(name, int(max_model_len) if max_model_len else None)

@@ -33,7 +33,7 @@ class ScriptedUpstream:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "scripted", "max_model_len": 2048}]})
+            return httpx.Response(200, json={"data": [{"id": "scripted", "owned_by": "vllm", "max_model_len": 2048}]})
         body = json.loads(request.content)
         if request.url.path == "/tokenize":
             ids = self.tokenizer.encode(body["prompt"], add_special_tokens=False)
