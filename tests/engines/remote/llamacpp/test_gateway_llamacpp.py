@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from helpers.paths import load_data
-from helpers.service import ROOT, _clean_env, free_port
+from helpers.service import ROOT, clean_env, free_port
 from helpers.wait import wait_until
 
 from guardrail.engines.remote.engine import RemoteEngine
@@ -78,7 +78,7 @@ def test_a_gateway_with_another_tokenizer_refuses_to_start(upstream, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "service.cli.main", "serve", "--port", str(free_port()), "--engine", "remote",
          "--upstream", upstream.url, "--tokenizer", "gemma3"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=_clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
     assert done.returncode != 0
     assert "tokenizer mismatch" in done.stdout + done.stderr
 
@@ -96,7 +96,7 @@ def test_llama_cpp_python_server_is_refused_as_it_takes_and_returns_text_only(ll
     started = subprocess.run(
         [sys.executable, "-m", "service.cli.main", "serve", "--port", str(free_port()), "--engine", "remote",
          "--upstream", llama_cpp_python_server.url, "--tokenizer", "smollm2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=_clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env({"GUARDRAIL_DATA_DIR": str(tmp_path)}))
     assert started.returncode != 0
     assert "llama-cpp-python's server" in started.stdout + started.stderr
 
