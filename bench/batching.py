@@ -198,9 +198,9 @@ def bench_guard_step(decoder, chats, artefact, tokens):
         apply(self, scores, ids)
         masked["seconds"] = time.perf_counter() - started
 
-    def timed_accept(self, token):
+    def timed_accept(self, token, logprobs=None):
         started = time.perf_counter()
-        step = accept(self, token)
+        step = accept(self, token, logprobs)
         samples[self.artefact is not None].append(time.perf_counter() - started + masked["seconds"])
         return step
 
