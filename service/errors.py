@@ -106,7 +106,9 @@ def _is_union_tag(part: str) -> bool:
     return part in _SCALAR_TAGS or "-" in part or "[" in part or part[:1].isupper()
 
 
-def _validation_response(exc: RequestValidationError) -> JSONResponse:
+def validation_response(exc: RequestValidationError) -> JSONResponse:
+    """A request body that failed validation as a 400 in OpenAI's error shape, ``param`` naming the first failing
+    field (``/v1/messages`` rewraps it in Anthropic's)."""
     errors = exc.errors()
     shown = [e for e in errors if e.get("type") not in _MISMATCH_TYPES] or errors
     first = shown[0] if shown else {}
@@ -131,7 +133,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_response(exc)
+        return validation_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from service.auth import require_client
 from service.deps import RuntimeDep
-from service.errors import ApiError, _validation_response
+from service.errors import ApiError, validation_response
 from service.generation import (
     ChoiceEvent,
     ChoiceResult,
@@ -79,7 +79,7 @@ class AnthropicErrorRoute(APIRoute):
                 return JSONResponse(error_body(exc.status, exc.message, exc.param), exc.status, headers=exc.headers)
             except RequestValidationError as exc:
                 # The message and field of the service's own validation answer (one wording for every route).
-                body = json.loads(bytes(_validation_response(exc).body))["error"]
+                body = json.loads(bytes(validation_response(exc).body))["error"]
                 return JSONResponse(error_body(400, body["message"], body["param"]), 400)
 
         return route
