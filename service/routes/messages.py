@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
 
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from service.auth import require_client
@@ -81,6 +82,8 @@ class AnthropicErrorRoute(APIRoute):
                 # The message and field of the service's own validation answer (one wording for every route).
                 body = json.loads(bytes(validation_response(exc).body))["error"]
                 return JSONResponse(error_body(400, body["message"], body["param"]), 400)
+            except HTTPException as exc:  # FastAPI's own, before the body is validated: a body that is not JSON
+                return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code, headers=exc.headers)
 
         return route
 

@@ -171,3 +171,13 @@ def test_a_failure_mid_stream_ends_with_an_error_event(service, monkeypatch):
     assert "injected" not in error["error"]["message"]  # internals stay in the log
     assert any(p["delta"].get("text") for n, p in events[:-1] if n == "content_block_delta")  # it was mid-stream
     assert "message_stop" not in [n for n, _ in events]
+
+
+def test_a_body_that_is_not_json_is_answered_in_anthropics_shape(service):
+    # FastAPI refuses it before validation (found by the schema test's fuzzing): still Anthropic's error body.
+    response = httpx.post(f"{service.base_url}/v1/messages", content=b'{"model": "smollm2", "messages": [',
+                          headers={"content-type": "application/json", "x-api-key": CLIENT_KEY}, timeout=60)
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+    assert set(body["error"]) == {"message", "type", "param"}
