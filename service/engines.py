@@ -117,7 +117,7 @@ def build_engine(settings: Settings, tokenizer: Any, vocab: TokenVocab, on_step=
         if not settings.upstream_url:
             raise ValueError("GUARDRAIL_ENGINE=remote needs GUARDRAIL_UPSTREAM_URL (guardrail serve --upstream URL)")
         return RemoteEngine(settings.upstream_url, tokenizer, vocab, model=settings.upstream_model,
-                            api=settings.upstream_api,
+                            api=settings.upstream_api, logits_processor=settings.upstream_logits_processor,
                             capacity=settings.upstream_max_streams,
                             connect_timeout_s=settings.upstream_connect_timeout_s,
                             read_timeout_s=settings.upstream_read_timeout_s, retries=settings.upstream_retries,

@@ -237,6 +237,17 @@ class ServiceMetrics:
             "Rollbacks that re-prefilled because the KV cache could not crop.",
             registry=r,
         )
+        self.upstream_requests = Counter(
+            "guardrail_upstream_requests",
+            "Requests the gateway (engine=remote) sent to its upstream: one per answer, plus one per re-pick and "
+            "continuation after a rollback.",
+            registry=r,
+        )
+        self.upstream_banned_returned = Counter(
+            "guardrail_upstream_banned_returned",
+            "Tokens the upstream returned although banned for that request (never released; each a hit).",
+            registry=r,
+        )
         self.finishes = Counter(
             "guardrail_finishes",
             "Finished generations by finish_reason (stop, length, content_filter, error, cancelled).",

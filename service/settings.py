@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     upstream_api: Literal["auto", "vllm", "llamacpp"] = Field(
         "auto", description="engine=remote: the upstream's API: vllm (vLLM's OpenAI server), llamacpp (llama.cpp's "
         "llama-server) or auto (read from its /v1/models at start-up); docs/engines.md.")
+    upstream_logits_processor: Literal["auto", "on", "off"] = Field(
+        "auto", description="engine=remote, vLLM upstream: ban through guardrail's vLLM logits processor (exact "
+        "masks, a rollback in one request) when the upstream's environment has guardrail installed: auto (probed "
+        "at start-up), on (refuse to start without it) or off (logit_bias -100 and a one-token re-pick).")
     upstream_model: str | None = Field(
         None, description="engine=remote: the upstream model id requests name; unset = the first /v1/models lists.")
     upstream_max_streams: int = Field(

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from guardrail.engines.remote.engine import RemoteUsage
 from guardrail.guard.events import Event, Finish, Rollback, TextDelta
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import WordList
@@ -391,6 +392,9 @@ class GenerationWorker:
             metrics.generation_tokens.inc(usage.completion_tokens)
             metrics.forward_passes.inc(usage.forward_passes)
             metrics.reprefills.inc(usage.reprefills)
+            if isinstance(usage, RemoteUsage):
+                metrics.upstream_requests.inc(usage.requests)
+                metrics.upstream_banned_returned.inc(usage.banned_returned)
             if event.reason == "cancelled":  # nobody reads the choice: not a request vLLM would count as done
                 return
             metrics.request_success.labels(metrics.model_name, event.reason).inc()

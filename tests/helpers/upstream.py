@@ -20,15 +20,17 @@ class UpstreamProcess:
     Args:
         health_path: answers 200 once the server can serve (llama-cpp-python's server has no ``/health``).
         startup_timeout_s: the deadline for ``/health`` (a first start on a busy machine), not a speed claim.
+        model: the model id requests to it name (``None``: they need none).
     """
 
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 startup_timeout_s: float = 300, health_path: str = "/health") -> None:
+                 startup_timeout_s: float = 300, health_path: str = "/health", model: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [a.replace("{port}", str(self.port)) for a in args]
         self.log_path, self.env, self.startup_timeout_s = log_path, env or {}, startup_timeout_s
         self.health_path = health_path
+        self.model = model
         self.process: subprocess.Popen | None = None
 
     def ensure_running(self) -> None:

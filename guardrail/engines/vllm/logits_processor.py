@@ -6,7 +6,8 @@ pass, :meth:`~GuardLogitsProcessor.update_state` (requests joined, left or moved
 ``SamplingParams.extra_args`` carry a ``"guardrail"`` entry have state here; with none in the batch,
 ``apply`` returns the logits untouched, so an engine with the plugin installed but unused pays nothing.
 
-Per-request arguments (``extra_args={"guardrail": {...}}``; ``vllm_xargs`` on vLLM's HTTP server)::
+Per-request arguments (``extra_args={"guardrail": {...}}``; on vLLM's HTTP server ``vllm_xargs``, whose values
+are scalars or lists, so there the object is sent JSON-encoded: ``"vllm_xargs": {"guardrail": "{...}"}``)::
 
     wordlists      bundled list names ("en", "de") to guard against             default []
     banned_terms   extra terms (a list named "request")                         default []
@@ -35,6 +36,7 @@ every engine of the environment: ``vllm serve MODEL`` users enable nothing, they
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -87,11 +89,19 @@ class GuardArgs:
 
     def to_extra_args(self) -> dict[str, object]:
         """The JSON-able ``extra_args`` entry that :func:`parse_guard_args` reads back."""
-        return {EXTRA_ARGS_KEY: {
+        return {EXTRA_ARGS_KEY: self.to_json_object()}
+
+    def to_vllm_xargs(self) -> dict[str, str]:
+        """The ``vllm_xargs`` of an HTTP request to vLLM's server: the entry JSON-encoded."""
+        return {EXTRA_ARGS_KEY: json.dumps(self.to_json_object(), separators=(",", ":"))}
+
+    def to_json_object(self) -> dict[str, object]:
+        """The entry's object, JSON-able."""
+        return {
             "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
             "bans": {str(p): list(ids) for p, ids in self.bans.items()},
             "banned_ids": list(self.banned_ids), "resume_tokens": self.resume_tokens, "mask": self.mask,
-        }}
+        }
 
 
 def _field(name: str) -> str:
@@ -121,6 +131,7 @@ def _token_ids(value: object) -> bool:
 def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | None:
     """Read and validate a request's ``extra_args[EXTRA_ARGS_KEY]``; ``None`` when absent (unguarded).
 
+    The entry is an object, or that object JSON-encoded in a string (``vllm_xargs`` carries no nested objects).
     Word-list names are checked against the bundled lists and terms against the word-list rules, so a
     bad request fails at admission, before the engine sees it.
 
@@ -131,6 +142,11 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     if not extra_args or EXTRA_ARGS_KEY not in extra_args:
         return None
     raw = extra_args[EXTRA_ARGS_KEY]
+    if isinstance(raw, str):  # vllm_xargs on the HTTP server: values are scalars or lists
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] is a string but not JSON ({exc})") from None
     if not isinstance(raw, Mapping):
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an object, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(_FIELDS))

@@ -199,6 +199,7 @@ The embedded engines' own settings are left out with engine=remote, which has no
 {{- $settings = concat $settings (list
   (list "GUARDRAIL_UPSTREAM_URL" $g.upstream.url)
   (list "GUARDRAIL_UPSTREAM_API" $g.upstream.api)
+  (list "GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR" $g.upstream.logitsProcessor)
   (list "GUARDRAIL_UPSTREAM_MAX_STREAMS" ($g.upstream.maxStreams | int64))
   (list "GUARDRAIL_UPSTREAM_CONNECT_TIMEOUT_S" $g.upstream.connectTimeoutS)
   (list "GUARDRAIL_UPSTREAM_READ_TIMEOUT_S" $g.upstream.readTimeoutS)

@@ -8,6 +8,8 @@ the reading rules are pinned here too.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -46,6 +48,33 @@ def test_llamacpp_short_requests_are_answered_whole_and_seeds_move_per_request()
 def test_vllm_bans_are_the_clamped_bias():
     body = api_named("vllm").body(submission(SamplingParams(logit_bias={7: 5.0}), position=2))
     assert body["logit_bias"] == {"7": BAN_BIAS} and body["stop_token_ids"] == [2] and body["return_token_ids"]
+    assert "vllm_xargs" not in body
+
+
+def test_without_per_position_bans_a_repick_bans_its_ids_for_the_whole_request():
+    stock = api_named("vllm", "off").body(submission(SamplingParams(), repick=frozenset({5, 6})))
+    assert stock["logit_bias"] == {"5": BAN_BIAS, "6": BAN_BIAS, "7": BAN_BIAS}
+    llamacpp = api_named("llamacpp").body(submission(SamplingParams(), repick=frozenset({5})))
+    assert llamacpp["logit_bias"] == [[5, False], [7, False]]
+
+
+def test_through_guardrails_logits_processor_bans_are_exact_masks_and_a_repick_holds_one_position():
+    api = api_named("vllm")
+    api.repick_in_request = True  # what check() sets when the upstream's probe answers (tests/engines/remote/gateway)
+    body = api.body(submission(SamplingParams(logit_bias={7: 5.0, 9: 1.5}), repick=frozenset({6, 5})))
+    guard = json.loads(body["vllm_xargs"]["guardrail"])  # vllm_xargs values are scalars: the object as JSON
+    assert guard == {"mask": "bans", "banned_ids": [7], "bans": {"0": [5, 6]}}
+    assert body["logit_bias"] == {"7": 5.0, "9": 1.5}  # the client's; -inf masks outweigh any finite bias
+    plain = api.body(submission(SamplingParams()))
+    assert json.loads(plain["vllm_xargs"]["guardrail"]) == {"mask": "bans", "banned_ids": [7]}
+
+
+def test_the_logits_processor_mode_is_checked():
+    with pytest.raises(ValueError, match="must be one of"):
+        api_named("vllm", "sometimes")
+    with pytest.raises(ValueError, match="needs vLLM's server"):
+        api_named("llamacpp", "on")
+    assert api_named("llamacpp", "auto").repick_in_request is False
 
 
 def chunk(tokens: list[int], predicted: int, **more) -> dict:
@@ -85,3 +114,18 @@ def test_a_whole_llamacpp_answer_must_hold_every_id_it_decoded():
     assert list(piece.token_ids) == [5, 6] and piece.finish_reason == "stop"
     with pytest.raises(UpstreamError, match="decoded 3 tokens but returned 2"):
         _whole({"tokens": [5, 6], "tokens_predicted": 3, "stop_type": "limit"})
+
+
+def test_an_sglang_upstream_is_driven_as_vllms_api_with_a_warning(caplog):
+    from guardrail.engines.remote.backends import detect
+    from guardrail.engines.remote.client import UpstreamClient
+
+    # detect() reads the /v1/models card only for SGLang: no request reaches this unroutable address.
+    client = UpstreamClient("http://127.0.0.1:9", max_connections=1, connect_timeout_s=0.1, read_timeout_s=0.1,
+                            retries=0)
+    try:
+        with caplog.at_level("WARNING", logger="guardrail.engines.remote"):
+            assert detect(client, {"id": "m", "owned_by": "sglang"}) == "vllm"
+    finally:
+        client.close()
+    assert "untested against a real SGLang server" in caplog.text

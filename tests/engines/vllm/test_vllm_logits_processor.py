@@ -27,7 +27,10 @@ def test_the_entry_point_names_the_processor():
 
 
 @pytest.mark.parametrize(("guard", "field"), [
-    ("en", "extra_args['guardrail'] must be an object"),
+    (["en"], "extra_args['guardrail'] must be an object"),
+    ("en", "is a string but not JSON"),
+    ('"en"', "extra_args['guardrail'] must be an object"),
+    ('{"wordlist": ["en"]}', "unknown field"),
     ({"wordlist": ["en"]}, "unknown field"),
     ({"wordlists": "en"}, "'wordlists'"),
     ({"wordlists": ["no-such-list"]}, "no-such-list"),
@@ -55,6 +58,9 @@ def test_requests_without_the_key_are_not_guarded():
 def test_guard_args_round_trip_through_extra_args():
     args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans", banned_ids=(1, 2))
     assert parse_guard_args(args.to_extra_args()) == args
+    # vllm_xargs (vLLM's HTTP server) carries no nested objects: the entry travels JSON-encoded.
+    xargs = args.to_vllm_xargs()
+    assert isinstance(xargs["guardrail"], str) and parse_guard_args(xargs) == args
 
 
 @pytest.mark.slow

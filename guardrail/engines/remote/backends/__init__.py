@@ -10,6 +10,7 @@ cannot see every token it decodes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import httpx
 
 from guardrail.engines.remote.backends.base import Piece, Submission, UpstreamAPI, WithheldTokens
 from guardrail.engines.remote.backends.llamacpp import LlamaCppAPI
-from guardrail.engines.remote.backends.vllm import VLLMAPI
+from guardrail.engines.remote.backends.vllm import LOGITS_PROCESSOR_MODES, VLLMAPI
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 from guardrail.engines.remote.upstream import (
     SAMPLE_TEXTS,
@@ -27,8 +28,10 @@ from guardrail.engines.remote.upstream import (
     pick_model,
 )
 
-__all__ = ["API_NAMES", "Piece", "Submission", "UpstreamAPI", "WithheldTokens", "api_named", "connect", "detect"]
+__all__ = ["API_NAMES", "LOGITS_PROCESSOR_MODES", "Piece", "Submission", "UpstreamAPI", "WithheldTokens", "api_named",
+           "connect", "detect"]
 
+log = logging.getLogger("guardrail.engines.remote")
 #: ``GUARDRAIL_UPSTREAM_API`` values.
 API_NAMES = ("auto", "vllm", "llamacpp")
 _APIS: dict[str, type] = {"vllm": VLLMAPI, "llamacpp": LlamaCppAPI}
@@ -36,14 +39,25 @@ _APIS: dict[str, type] = {"vllm": VLLMAPI, "llamacpp": LlamaCppAPI}
 _LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
 
 
-def api_named(name: str) -> UpstreamAPI:
+def api_named(name: str, logits_processor: str = "auto") -> UpstreamAPI:
     """The API ``name`` (``vllm``, ``llamacpp``).
 
+    Args:
+        logits_processor: one of :data:`LOGITS_PROCESSOR_MODES` (guardrail's vLLM logits processor on the
+            upstream: vLLM's server only).
+
     Raises:
-        ValueError: another name.
+        ValueError: another name or mode; ``logits_processor="on"`` with an API other than vLLM's.
     """
     if name not in _APIS:
         raise ValueError(f"upstream API must be one of {API_NAMES}, got {name!r}")
+    if name == "vllm":
+        return VLLMAPI(logits_processor)
+    if logits_processor not in LOGITS_PROCESSOR_MODES:
+        raise ValueError(f"upstream logits processor must be one of {LOGITS_PROCESSOR_MODES}, "
+                         f"got {logits_processor!r}")
+    if logits_processor == "on":
+        raise ValueError(f"upstream logits processor 'on' needs vLLM's server; the upstream API is {name!r}")
     return _APIS[name]()
 
 
@@ -56,6 +70,12 @@ def detect(client: UpstreamClient, card: dict[str, Any]) -> str:
     owner = card.get("owned_by")
     if owner == "llamacpp":
         return "llamacpp"
+    if owner == "sglang":
+        # Its /v1/completions and /tokenize take vLLM's bodies, so vLLM's adapter and check apply; the pair has
+        # never run against a real SGLang server (docs/engines.md, "SGLang"): say so where operators look.
+        log.warning("upstream is SGLang: driven through vLLM's API adapter, untested against a real SGLang "
+                    "server (docs/engines.md, SGLang)", extra={"upstream": client.base_url})
+        return "vllm"
     if owner != "vllm" and _is_llama_cpp_python(client):
         raise UpstreamMismatch(
             f"upstream {client.base_url} is llama-cpp-python's server: its /v1/completions takes text prompts and "
@@ -74,19 +94,21 @@ def _is_llama_cpp_python(client: UpstreamClient) -> bool:
 
 
 def connect(client: UpstreamClient, tokenizer: Any, model: str | None = None, api: str = "auto",
-            samples: Sequence[str] = SAMPLE_TEXTS) -> tuple[UpstreamAPI, UpstreamInfo]:
+            samples: Sequence[str] = SAMPLE_TEXTS,
+            logits_processor: str = "auto") -> tuple[UpstreamAPI, UpstreamInfo]:
     """Pick the upstream's API (``api``; ``auto``: :func:`detect`) and run its start-up check.
 
     Args:
         model: the upstream model id to use (default: the first ``/v1/models`` lists).
+        logits_processor: see :func:`api_named`.
 
     Raises:
         UpstreamMismatch: unreachable; no model, or not ``model``; llama-cpp-python's server under ``auto``;
             the API's own check (another tokenizer, no token ids in or out, bans not honoured).
-        ValueError: ``api`` is not one of :data:`API_NAMES`.
+        ValueError: ``api`` is not one of :data:`API_NAMES`; see :func:`api_named`.
     """
     if api not in API_NAMES:
         raise ValueError(f"upstream API must be one of {API_NAMES}, got {api!r}")
     card = pick_model(client.base_url, list_models(client), model)
-    chosen = api_named(detect(client, card) if api == "auto" else api)
+    chosen = api_named(detect(client, card) if api == "auto" else api, logits_processor)
     return chosen, chosen.check(client, tokenizer, card, samples)

@@ -25,7 +25,10 @@ class Submission:
         prompt: the prompt's token ids followed by the kept completion tokens.
         params: the client's sampling parameters.
         max_tokens: tokens to decode at most.
-        banned: token ids the upstream must not decode (always-banned ∪ the position's bans).
+        banned: token ids the upstream must not decode at any position (the lists' always-banned ids).
+        repick: token ids it must not decode at the first position of this request: the bans a rollback left at
+            ``position``. An API without per-position bans (:attr:`UpstreamAPI.repick_in_request` false) gets
+            them with ``max_tokens`` 1 and bans them for its whole answer.
         position: completion tokens kept so far (the first token decoded lands there).
         submissions: requests sent before this one for the same answer (a seed is moved by it).
         end_ids: the ids that end this answer (EOS unless ``ignore_eos``, plus ``stop_token_ids``).
@@ -42,6 +45,12 @@ class Submission:
     submissions: int
     end_ids: frozenset[int]
     whole: bool = False
+    repick: frozenset[int] = frozenset()
+
+    @property
+    def banned_anywhere(self) -> frozenset[int]:
+        """``banned`` ∪ ``repick``: what an API without per-position bans bans for the whole request."""
+        return self.banned | self.repick if self.repick else self.banned
 
 
 @dataclass(frozen=True)
@@ -82,10 +91,14 @@ class UpstreamAPI(Protocol):
     Attributes:
         name: its ``GUARDRAIL_UPSTREAM_API`` value.
         unsupported: :class:`SamplingParams` fields it cannot implement (refused with 400).
+        repick_in_request: whether a request can ban ids at its first position only (``Submission.repick``)
+            and decode on: a rollback then costs one request instead of a ``max_tokens: 1`` re-pick and a
+            continuation. Set by :meth:`check`.
     """
 
     name: str
     unsupported: tuple[str, ...]
+    repick_in_request: bool
 
     def check(self, client: UpstreamClient, tokenizer: Any, card: dict[str, Any],
               samples: Sequence[str]) -> UpstreamInfo:

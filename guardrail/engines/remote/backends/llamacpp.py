@@ -42,8 +42,10 @@ class LlamaCppAPI:
     returns no token ids)."""
 
     name = "llamacpp"
-    unsupported = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format",
-                   "logprobs")
+    unsupported: tuple[str, ...] = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark",
+                                    "response_format", "logprobs")
+    #: Its ``logit_bias`` holds for the whole request: a re-pick is a ``max_tokens: 1`` request of its own.
+    repick_in_request: bool = False
 
     def check(self, client: UpstreamClient, tokenizer: Any, card: dict[str, Any],
               samples: Sequence[str]) -> UpstreamInfo:
@@ -91,7 +93,7 @@ class LlamaCppAPI:
 
     def body(self, submission: Submission) -> dict[str, Any]:
         params = submission.params
-        banned = set(submission.banned)
+        banned = set(submission.banned_anywhere)
         if submission.position < params.min_tokens:
             banned |= submission.end_ids  # min_tokens, as vLLM implements it: the end ids masked
         # A client's bias never lifts a ban: its entries for banned ids are dropped.

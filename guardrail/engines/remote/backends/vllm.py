@@ -1,10 +1,20 @@
 """vLLM's OpenAI server as the gateway's upstream: ``POST /v1/completions`` with a token-id ``prompt`` and
-``return_token_ids`` (the name in vLLM 0.32's ``CompletionRequest``), bans as ``logit_bias`` -100, ``/tokenize``
-for the tokenizer check (docs/engines.md).
+``return_token_ids`` (the name in vLLM 0.32's ``CompletionRequest``), ``/tokenize`` for the tokenizer check
+(docs/engines.md).
+
+Bans go one of two ways, chosen at start-up (``GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR``):
+
+* ``logit_bias`` -100 (any vLLM server): a bias for the whole request, so a rollback's re-pick is a request of
+  its own (``max_tokens: 1``) followed by a continuation.
+* guardrail's vLLM logits processor, when the upstream's environment has guardrail installed (vLLM loads its
+  ``vllm.logits_processors`` entry point into every engine; docs/vllm.md): ``vllm_xargs`` carries exact masks,
+  the standing ids at every position and the re-pick's bans at the request's first position only, so a rollback
+  costs one request that re-picks and decodes on.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -16,29 +26,52 @@ from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 from guardrail.engines.remote.upstream import UpstreamInfo, UpstreamMismatch, compare_tokenizers
 from guardrail.params import GREEDY_TEMPERATURE
 
-__all__ = ["BAN_BIAS", "VLLMAPI"]
+__all__ = ["BAN_BIAS", "LOGITS_PROCESSOR_MODES", "VLLMAPI"]
 
 #: The ``logit_bias`` of a banned id: vLLM clamps biases to [-100, 100]; -100 leaves a probability of about
 #: e^-100 relative to the top token, never picked greedily (and caught if picked: fail closed).
 BAN_BIAS = -100.0
+#: ``GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR`` values: ``auto`` (use guardrail's logits processor when the start-up
+#: probe finds it), ``on`` (refuse to start without it), ``off`` (``logit_bias`` only).
+LOGITS_PROCESSOR_MODES = ("auto", "on", "off")
+#: The ``vllm_xargs`` key guardrail's vLLM logits processor reads (``EXTRA_ARGS_KEY`` in
+#: guardrail/engines/vllm/logits_processor.py, which this engine family does not import: vLLM and torch).
+XARGS_KEY = "guardrail"
 
 
 class VLLMAPI:
-    """vLLM's OpenAI-compatible server (``vllm.entrypoints.openai.api_server``)."""
+    """vLLM's OpenAI-compatible server (``vllm.entrypoints.openai.api_server``).
+
+    Args:
+        logits_processor: one of :data:`LOGITS_PROCESSOR_MODES`; :meth:`check` sets
+            :attr:`repick_in_request` from it and the probe.
+
+    Raises:
+        ValueError: another ``logits_processor`` value.
+    """
 
     name = "vllm"
     #: SamplingParams fields the gateway does not implement on it (the embedded engine does).
-    unsupported = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark", "response_format",
-                   "logprobs")
+    unsupported: tuple[str, ...] = ("bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "watermark",
+                                    "response_format", "logprobs")
+
+    def __init__(self, logits_processor: str = "auto") -> None:
+        if logits_processor not in LOGITS_PROCESSOR_MODES:
+            raise ValueError(f"upstream logits processor must be one of {LOGITS_PROCESSOR_MODES}, "
+                             f"got {logits_processor!r}")
+        self.logits_processor = logits_processor
+        self.repick_in_request = False
 
     def check(self, client: UpstreamClient, tokenizer: Any, card: dict[str, Any],
               samples: Sequence[str]) -> UpstreamInfo:
         """``/tokenize`` agrees with ``tokenizer`` on ``samples``; a one-token completion of a token-id prompt
-        returns token ids; the card's ``max_model_len`` is the context.
+        returns token ids; the card's ``max_model_len`` is the context. Unless ``logits_processor`` is ``off``,
+        the same completion with its token banned through ``vllm_xargs`` tells whether guardrail's logits
+        processor runs there (:attr:`repick_in_request`).
 
         Raises:
             UpstreamMismatch: no ``/tokenize``, a sample tokenized differently, completions that do not take
-                token ids or return them.
+                token ids or return them; ``logits_processor="on"`` and the processor does not answer.
         """
         url, name = client.base_url, str(card["id"])
 
@@ -62,13 +95,43 @@ class VLLMAPI:
         if not returned:
             raise UpstreamMismatch(f"upstream {url}: /v1/completions does not return token ids (return_token_ids); "
                                    "the gateway must see every token the upstream decodes")
+        if self.logits_processor != "off":
+            self.repick_in_request = self._processor_bans(client, {**body, "prompt": probe}, returned[0])
+            if self.logits_processor == "on" and not self.repick_in_request:
+                raise UpstreamMismatch(
+                    f"upstream {url}: guardrail's vLLM logits processor does not run there (a token banned through "
+                    "vllm_xargs came back); install guardrail in the vLLM server's environment (docs/vllm.md), or "
+                    "set GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR=auto or off to ban through logit_bias")
         max_model_len = card.get("max_model_len")
-        return UpstreamInfo(name, int(max_model_len) if max_model_len else None, self.name)
+        return UpstreamInfo(name, int(max_model_len) if max_model_len else None, self.name,
+                            logits_processor=self.repick_in_request)
+
+    @staticmethod
+    def _processor_bans(client: UpstreamClient, body: dict[str, Any], first: int) -> bool:
+        """Whether banning ``first`` (the greedy one-token answer to ``body``) at the request's first position
+        through ``vllm_xargs`` makes the upstream answer another token: guardrail's logits processor runs there
+        and reads the bans. A server that refuses the field (400), or ignores it, has no such processor."""
+        xargs = {XARGS_KEY: json.dumps({"mask": "bans", "bans": {"0": [first]}})}
+        try:
+            answer = client.post_json("/v1/completions", {**body, "stream": False, "vllm_xargs": xargs})
+        except (UpstreamError, httpx.HTTPError):
+            return False
+        ids = [t for choice in answer.get("choices") or () for t in choice.get("token_ids") or ()]
+        return bool(ids) and ids[0] != first
 
     def body(self, submission: Submission) -> dict[str, Any]:
         params = submission.params
         bias = {str(k): float(v) for k, v in params.logit_bias.items()}
-        bias.update({str(t): BAN_BIAS for t in submission.banned})  # a client's bias never lifts a ban
+        xargs = None
+        if self.repick_in_request:
+            # Exact masks: the standing ids at every position, the re-pick's bans at this request's first.
+            guard: dict[str, Any] = {"mask": "bans", "banned_ids": sorted(submission.banned)}
+            if submission.repick:
+                guard["bans"] = {"0": sorted(submission.repick)}
+            # A client's bias cannot lift them: the processor sets -inf, which no finite bias moves.
+            xargs = {XARGS_KEY: json.dumps(guard, separators=(",", ":"))}
+        else:
+            bias.update({str(t): BAN_BIAS for t in submission.banned_anywhere})  # a client's bias never lifts a ban
         greedy = params.temperature < GREEDY_TEMPERATURE
         body: dict[str, Any] = {
             "model": submission.model,
@@ -90,6 +153,8 @@ class VLLMAPI:
         }
         if bias:
             body["logit_bias"] = bias
+        if xargs is not None:
+            body["vllm_xargs"] = xargs
         if params.seed is not None:
             # Each request draws afresh: a repeated seed would re-draw the token the rollback rejected.
             body["seed"] = (params.seed + submission.submissions) % 2**63

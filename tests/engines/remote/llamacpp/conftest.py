@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.service import start_service_process
+from helpers.gateway import start_gateway
 from helpers.upstream import UpstreamProcess
-from helpers.wait import wait_until
 
 #: One slot's context: llama-server splits -c over its --parallel slots.
 SLOT_CONTEXT = 2048
@@ -57,11 +56,7 @@ def upstream(llama_server):
 def gateway(llama_server, tmp_path_factory):
     """``guardrail serve --engine remote`` (tokenizer only, API detected) in front of the session's llama-server."""
     llama_server.ensure_running()
-    server = start_service_process(tmp_path_factory.mktemp("gateway"), {
-        "GUARDRAIL_UPSTREAM_HEALTH_INTERVAL_S": "0.2", "GUARDRAIL_WORDLISTS": "en"}, cli=True, extra_args=[
-        "--engine", "remote", "--upstream", llama_server.url, "--tokenizer", "smollm2"])
-    wait_until(lambda: server.get("/readyz").json()["checks"]["engine"]["up"], 120, "gateway ready",
-               alive=lambda: server.process.poll() is None)
+    server = start_gateway(llama_server.url, tmp_path_factory.mktemp("gateway"))
     yield server
     server.stop()
 
