@@ -28,8 +28,14 @@ whatever it was started with, reported as ``"given"``), or started here from ``-
 environment's python, e.g. ``.venv-vllm/bin/python``) twice, with prefix caching on then off, as docs/engines.md
 starts it (float32, eager, block size 32). Gateways run as subprocesses of this environment (tokenizer only).
 
+``--split-cpus`` models the deployment the gateway is for — the guard on its own pods, the model on its
+server — on one machine: vLLM's server is pinned to the first half of the CPUs, the gateways and this client
+to the rest (``taskset``), so the gateway's work does not slow the model down; direct requests come from the
+same pinned client. Without it every process shares every CPU, and the gateway's own CPU time (JSON, SSE, the
+guard) is taken from the model's.
+
 Usage:
-    .venv/bin/python bench/gateway.py --vllm-python .venv-vllm/bin/python [--tokens 32] [--reps 3] [--leaks 4]
+    .venv/bin/python bench/gateway.py --vllm-python .venv-vllm/bin/python --split-cpus [--tokens 32] [--reps 3]
     .venv/bin/python bench/gateway.py --upstream http://127.0.0.1:8001
 """
 
@@ -72,6 +78,24 @@ MODEL = "smollm2"
 #: The gateway's two ways to ban on vLLM's server (GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR).
 BAN_MODES = {"logit_bias": "off", "logits_processor": "on"}
 READY_TIMEOUT_S = 600
+#: ``--split-cpus``: the CPUs of vLLM's server, and of the gateways and this client (``None``: not pinned).
+CPUS: dict[str, list[int] | None] = {"upstream": None, "gateway": None}
+
+
+def pinned(args: list[str], role: str) -> list[str]:
+    """``args`` run under ``taskset`` on the CPUs of ``role`` when ``--split-cpus`` pinned them."""
+    cpus = CPUS[role]
+    return ["taskset", "-c", ",".join(map(str, cpus)), *args] if cpus else args
+
+
+def split_cpus() -> None:
+    """Pin vLLM's server to the first half of this process's CPUs, the gateways and this process to the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--split-cpus needs two CPUs at least")
+    half = len(cpus) // 2
+    CPUS.update(upstream=cpus[:half], gateway=cpus[half:])
+    os.sched_setaffinity(0, cpus[half:])
 
 
 def stream(url: str, body: dict) -> tuple[float | None, int, dict | None, float]:
@@ -131,12 +155,15 @@ def vllm_server(python: str, prefix_caching: bool, log: Path) -> Iterator[str]:
     """vLLM's OpenAI server on SmolLM2 as docs/engines.md starts it; yields its URL."""
     port = free_port()
     env = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind", **os.environ}
+    if CPUS["upstream"]:  # its compute threads on its own CPUs (vLLM's "first-last" form)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = f"{CPUS['upstream'][0]}-{CPUS['upstream'][-1]}"
     args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_directory(MODEL)),
             "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--block-size", "32",
             "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
             "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"]
     with log.open("ab") as out:
-        process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(pinned(args, "upstream"), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(process, lambda: httpx.get(url + "/health", timeout=2).status_code == 200, "vLLM's server")
@@ -158,9 +185,9 @@ def gateway(upstream: str, logits_processor: str, data_dir: Path) -> Iterator[st
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
     env.update(GUARDRAIL_DATA_DIR=str(data_dir), GUARDRAIL_LOG_LEVEL="WARNING",
                GUARDRAIL_UPSTREAM_LOGITS_PROCESSOR=logits_processor)
-    process = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port), "--engine",
-                                "remote", "--upstream", upstream, "--tokenizer", MODEL], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(pinned([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port),
+                                       "--engine", "remote", "--upstream", upstream, "--tokenizer", MODEL], "gateway"),
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         try:
@@ -280,17 +307,23 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--leaks", type=int, default=4)
     parser.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[128, 2048])
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="vLLM on half the CPUs, the gateways and the client on the rest (module docstring)")
+    parser.add_argument("--skip-no-cache", action="store_true", help="with --vllm-python: prefix caching on only")
     args = parser.parse_args()
+    if args.split_cpus:
+        split_cpus()
 
     tokenizer = load_tokenizer(MODEL)
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         data = Path(tmp)
-        report: dict = {"tokens": args.tokens, "reps": args.reps, "leaks": args.leaks, "contexts": args.contexts}
+        report: dict = {"tokens": args.tokens, "reps": args.reps, "leaks": args.leaks, "contexts": args.contexts,
+                        "cpus": CPUS}
         if args.upstream:
             report["upstream"] = {"given": run_upstream(args.upstream, args, tokenizer, data, True)}
         else:
             report["upstream"] = {}
-            for caching in (True, False):
+            for caching in (True,) if args.skip_no_cache else (True, False):
                 name = "prefix_caching_on" if caching else "prefix_caching_off"
                 with vllm_server(args.vllm_python, caching, ROOT / ".cache" / f"bench-gateway-{name}.log") as url:
                     report["upstream"][name] = run_upstream(url, args, tokenizer, data / name, caching)
