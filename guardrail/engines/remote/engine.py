@@ -247,13 +247,16 @@ class RemoteEngine:
             standing = frozenset(int(t) for t in session.always_banned)
             repick = frozenset(int(t) for t in session.bans.banned(position))
             # A re-pick: the position's bans hold for its first token only. An API that cannot ban one position
-            # gets a request of one token under them, then a plain continuation.
-            single = bool(repick) and not self.api.repick_in_request
+            # gets a request of one token under them, then a plain continuation. So does an answer whose exact
+            # masks did not hold once (a replica behind a router without guardrail's logits processor).
+            in_request = self.api.repick_in_request and not counters.banned_returned
+            single = bool(repick) and not in_request
             recover, counters.recover = counters.recover, False
             body = self.api.body(Submission(
                 self.info.model, prompt + list(session.token_ids), params,
                 1 if single else min(room, RECOVERY_TOKENS) if recover else room, standing, position,
-                counters.requests, params.end_ids(self.eos_ids), whole=single or recover, repick=repick))
+                counters.requests, params.end_ids(self.eos_ids), whole=single or recover, repick=repick,
+                in_request=in_request))
             counters.requests += 1
             counters.resubmissions += bool(repick)
             reason = yield from self._request(body, single, session, verdicts, standing, repick, cancel, counters,

@@ -59,13 +59,12 @@ def test_without_per_position_bans_a_repick_bans_its_ids_for_the_whole_request()
 
 
 def test_through_guardrails_logits_processor_bans_are_exact_masks_and_a_repick_holds_one_position():
-    api = api_named("vllm")
-    api.repick_in_request = True  # what check() sets when the upstream's probe answers (tests/engines/remote/gateway)
-    body = api.body(submission(SamplingParams(logit_bias={7: 5.0, 9: 1.5}), repick=frozenset({6, 5})))
+    api = api_named("vllm")  # in_request: the engine's choice when check() found the processor (real: gateway/)
+    body = api.body(submission(SamplingParams(logit_bias={7: 5.0, 9: 1.5}), repick=frozenset({6, 5}), in_request=True))
     guard = json.loads(body["vllm_xargs"]["guardrail"])  # vllm_xargs values are scalars: the object as JSON
     assert guard == {"mask": "bans", "banned_ids": [7], "bans": {"0": [5, 6]}}
     assert body["logit_bias"] == {"7": 5.0, "9": 1.5}  # the client's; -inf masks outweigh any finite bias
-    plain = api.body(submission(SamplingParams()))
+    plain = api.body(submission(SamplingParams(), in_request=True))
     assert json.loads(plain["vllm_xargs"]["guardrail"]) == {"mask": "bans", "banned_ids": [7]}
 
 

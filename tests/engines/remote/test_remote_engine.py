@@ -32,6 +32,8 @@ class ScriptedUpstream:
         self.requests: list[dict] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":  # the engine's health probe
+            return httpx.Response(200)
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "scripted", "owned_by": "vllm", "max_model_len": 2048}]})
         body = json.loads(request.content)
@@ -78,6 +80,45 @@ def test_a_banned_token_the_upstream_returns_anyway_is_never_kept(smollm2_tokeni
     # Each re-pick resubmits prompt + kept tokens with the position's ban as logit_bias, one token at a time.
     assert repicks and all(r["prompt"] == base + script[:sorry_at] and r["logit_bias"][first] == BAN_BIAS
                            for r in repicks)
+
+
+class ProcessorOnlyAtStartUp(ScriptedUpstream):
+    """Answers the start-up probe as an upstream running guardrail's logits processor would (the banned token
+    is not the answer), then ignores ``vllm_xargs`` like the rest of the script: a replica without the
+    processor behind the same router."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        if "vllm_xargs" in body and body["prompt"][:len(self.base)] != self.base:  # the probe
+            banned = json.loads(body["vllm_xargs"]["guardrail"])["bans"]["0"]
+            other = next(t for t in range(10, 100) if t not in banned)
+            return httpx.Response(200, json={"choices": [{"index": 0, "token_ids": [other], "text": ""}]})
+        return super().__call__(request)
+
+
+def test_exact_masks_that_do_not_hold_fall_back_to_bias_and_repick(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Say it:", add_special_tokens=False)
+    script = smollm2_tokenizer.encode(" I am sorry about that", add_special_tokens=False)
+    upstream = ProcessorOnlyAtStartUp(smollm2_tokenizer, base, script)
+    engine = RemoteEngine("http://upstream", smollm2_tokenizer, smollm2_vocab, logits_processor="on",
+                          transport=httpx.MockTransport(upstream))
+    engine.start()
+    assert engine.info is not None and engine.info.logits_processor
+    upstream.requests.clear()
+    try:
+        artefact = ArtefactCache(cache_dir=None).get_with_request(smollm2_vocab, [], [wordlist_from_terms(["sorry"])])
+        params = SamplingParams(temperature=0, max_tokens=16, max_rollbacks_per_position=3)
+        done = Completion.from_events(engine.stream(base, artefact, params, threading.Event()))
+    finally:
+        engine.close()
+    assert "sorry" not in done.text and done.finish_reason == "content_filter"
+    sorry = script[len(smollm2_tokenizer.encode(" I am", add_special_tokens=False))]
+    first, *later = upstream.requests[1:]  # after the first request, which ran into the hit
+    # The re-pick went in one request, the ban as an exact mask at its first position...
+    assert first["max_tokens"] > 1 and json.loads(first["vllm_xargs"]["guardrail"])["bans"] == {"0": [sorry]}
+    # ...which did not hold: from then on, one-token re-picks under logit_bias, as on any vLLM server.
+    assert later and all(r["max_tokens"] == 1 and r["logit_bias"][str(sorry)] == BAN_BIAS for r in later)
+    assert done.usage.banned_returned == 4
 
 
 def test_a_spent_budget_names_the_list_of_its_term(smollm2_tokenizer, smollm2_vocab):

@@ -27,8 +27,9 @@ class Submission:
         max_tokens: tokens to decode at most.
         banned: token ids the upstream must not decode at any position (the lists' always-banned ids).
         repick: token ids it must not decode at the first position of this request: the bans a rollback left at
-            ``position``. An API without per-position bans (:attr:`UpstreamAPI.repick_in_request` false) gets
-            them with ``max_tokens`` 1 and bans them for its whole answer.
+            ``position``. Without ``in_request`` they come with ``max_tokens`` 1 and hold for the whole answer.
+        in_request: ban per position, as exact masks (the API's :attr:`UpstreamAPI.repick_in_request`; the
+            engine drops it for the rest of an answer once a banned id came back anyway).
         position: completion tokens kept so far (the first token decoded lands there).
         submissions: requests sent before this one for the same answer (a seed is moved by it).
         end_ids: the ids that end this answer (EOS unless ``ignore_eos``, plus ``stop_token_ids``).
@@ -46,6 +47,7 @@ class Submission:
     end_ids: frozenset[int]
     whole: bool = False
     repick: frozenset[int] = frozenset()
+    in_request: bool = False
 
     @property
     def banned_anywhere(self) -> frozenset[int]:

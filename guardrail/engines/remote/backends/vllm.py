@@ -123,7 +123,7 @@ class VLLMAPI:
         params = submission.params
         bias = {str(k): float(v) for k, v in params.logit_bias.items()}
         xargs = None
-        if self.repick_in_request:
+        if submission.in_request:
             # Exact masks: the standing ids at every position, the re-pick's bans at this request's first.
             guard: dict[str, Any] = {"mask": "bans", "banned_ids": sorted(submission.banned)}
             if submission.repick:
