@@ -8,6 +8,7 @@ import threading
 
 import httpx
 import pytest
+from helpers.faults import FAULT_MESSAGE, fail_forward_after
 from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, RedisServer, metric, start_service_process
 from helpers.wait import wait_until
 
@@ -133,16 +134,7 @@ def test_a_client_that_disconnects_cancels_its_generation(service):
 
 
 def test_a_failure_mid_stream_ends_with_an_error_event_then_done(service, monkeypatch):
-    model = service.runtime.model
-    original, calls = model.forward, []
-
-    def fails_after_a_few_steps(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 6:
-            raise RuntimeError("injected fault")
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", fails_after_a_few_steps)
+    fail_forward_after(monkeypatch, service.runtime.model, 6)
     before = metric(service.metrics(), "guardrail_finishes_total", reason="error")
     with httpx.stream("POST", f"{service.base_url}/v1/chat/completions", json=LONG, headers=AUTH,
                       timeout=60) as response:
@@ -151,6 +143,6 @@ def test_a_failure_mid_stream_ends_with_an_error_event_then_done(service, monkey
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["type"] == "server_error" and error["code"] == "generation_failed"
-    assert "injected" not in error["message"]  # internals stay in the log
+    assert FAULT_MESSAGE not in error["message"]  # internals stay in the log
     assert any(json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-2])  # it was mid-stream
     assert metric(service.metrics(), "guardrail_finishes_total", reason="error") == before + 1

@@ -10,6 +10,7 @@ import json
 import anthropic
 import httpx
 import pytest
+from helpers.faults import FAULT_MESSAGE, fail_forward_after
 from helpers.service import CLIENT_KEY, MODEL
 
 pytestmark = pytest.mark.slow
@@ -154,21 +155,12 @@ def test_errors_are_in_anthropics_shape_and_name_the_field(client, service):
 
 
 def test_a_failure_mid_stream_ends_with_an_error_event(service, monkeypatch):
-    model = service.runtime.model
-    original, calls = model.forward, []
-
-    def fails_after_a_few_steps(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 6:
-            raise RuntimeError("injected fault")
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", fails_after_a_few_steps)
+    fail_forward_after(monkeypatch, service.runtime.model, 6)
     events = events_of(service, {**ASK, "max_tokens": 400,
                                  "messages": [{"role": "user", "content": "Write a long story about a dragon."}]})
     name, error = events[-1]
     assert name == "error" and error["error"]["type"] == "api_error"
-    assert "injected" not in error["error"]["message"]  # internals stay in the log
+    assert FAULT_MESSAGE not in error["error"]["message"]  # internals stay in the log
     assert any(p["delta"].get("text") for n, p in events[:-1] if n == "content_block_delta")  # it was mid-stream
     assert "message_stop" not in [n for n, _ in events]
 
