@@ -57,6 +57,7 @@ ALERT_NAMES = {
     "GuardrailHigh5xxRate",
     "GuardrailRollbackBudgetPressure",
     "GuardrailGuardStepSlow",
+    "GuardrailUpstreamIgnoresBans",
 }
 
 
@@ -350,10 +351,11 @@ OTHER_SERVICE_VARIABLES = {"GUARDRAIL_WORDLISTS_DIR"}
 NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key"}
 # Settings of the gateway (engine=remote) only, rendered in that mode alone (the gateway tests below).
 REMOTE_ONLY = {"upstream_url", "tokenizer", "upstream_model", "upstream_max_streams", "upstream_connect_timeout_s",
-               "upstream_read_timeout_s", "upstream_retries", "upstream_health_interval_s", "upstream_api"}
+               "upstream_read_timeout_s", "upstream_retries", "upstream_health_interval_s", "upstream_api",
+               "upstream_logits_processor"}
 # Settings whose value under `guardrail` is not the camelCase of the field's name.
 VALUE_NAMES = {"wordlists": "defaultWordlists", "upstream_url": "upstream.url", "upstream_model": "upstream.model",
-               "upstream_api": "upstream.api",
+               "upstream_api": "upstream.api", "upstream_logits_processor": "upstream.logitsProcessor",
                "upstream_max_streams": "upstream.maxStreams", "upstream_connect_timeout_s": "upstream.connectTimeoutS",
                "upstream_read_timeout_s": "upstream.readTimeoutS", "upstream_retries": "upstream.retries",
                "upstream_health_interval_s": "upstream.healthIntervalS"}
@@ -870,7 +872,7 @@ def rules_file() -> dict:
     return yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
 
 
-def test_alert_rules_file_holds_the_eight_alerts():
+def test_alert_rules_file_holds_the_nine_alerts():
     alerts = {rule["alert"] for group in rules_file()["groups"] for rule in group["rules"]}
     assert alerts == ALERT_NAMES
 
