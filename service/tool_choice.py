@@ -1,17 +1,35 @@
-"""How a request's answer is read for tool calls, from its tool choice as the Messages and Responses APIs state it
-(chat completions reads its own ``tool_choice`` in :mod:`service.routes.chat`): the parser the server is set up
-with, the text a forced call begins with, and the stop string that ends a forced single call."""
+"""How a request's answer is read for tool calls (:class:`ToolUse`), from its tool choice as each API states it
+(chat completions', the Messages API's and the Responses API's): the parser the server is set up with, the text a
+forced call begins with, and the stop string that ends a forced single call."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from service.routes.chat import ToolUse
 from service.runtime import Runtime
-from service.tool_calls import PARSERS, forced_prefix
+from service.tool_calls import PARSERS, ToolCall, ToolCallParser, forced_prefix
 
 #: ``auto``: the model decides; ``required``: some call (Anthropic's ``any``); ``named``: that function's call.
 Mode = Literal["auto", "required", "named"]
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """How one request's answer is read for tool calls.
+
+    Attributes:
+        parser: the output format.
+        prefix: text the answer was made to begin with (a forced call), part of the prompt.
+        single: return at most one call (``parallel_tool_calls: false`` or a named function).
+    """
+
+    parser: ToolCallParser
+    prefix: str = ""
+    single: bool = False
+
+    def limit(self, calls: list[ToolCall], already: int = 0) -> list[ToolCall]:
+        return calls[:max(0, 1 - already)] if self.single else calls
 
 
 def tool_use(runtime: Runtime, mode: Mode, name: str | None = None,

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
 from guardrail.guard.logprobs import TokenLogprob
-from guardrail.prompts import load_chat_template, renders_tools
 from service.auth import require_client
+from service.chat_prompt import prepare_chat
 from service.deps import RuntimeDep
 from service.errors import ApiError
 from service.generation import (
@@ -21,40 +19,18 @@ from service.generation import (
     ChoiceResult,
     ResponseIdentity,
     guard_headers,
-    prepare,
-    prompt_token_ids,
     reject_unsupported,
     respond,
 )
 from service.logprobs import chat_logprobs
 from service.runtime import Runtime
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest, ChatMessage, NamedToolChoice
-from service.tenants.access import caller_of
-from service.tool_calls import PARSERS, ToolCall, ToolCallParser, ToolCallStream, forced_prefix, parse_answer
+from service.tool_calls import ToolCall, ToolCallStream, parse_answer
+from service.tool_choice import ToolUse, tool_use
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
 
 ENDPOINT = "/v1/chat/completions"
-#: The marker of a ChatML template: such a model can be given the bundled Hermes template for tools.
-_CHATML = "<|im_start|>"
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """How one request's answer is read for tool calls.
-
-    Attributes:
-        parser: the output format.
-        prefix: text the answer was made to begin with (a forced call), part of the prompt.
-        single: return at most one call (``parallel_tool_calls: false`` or a named function).
-    """
-
-    parser: ToolCallParser
-    prefix: str = ""
-    single: bool = False
-
-    def limit(self, calls: list[ToolCall], already: int = 0) -> list[ToolCall]:
-        return calls[:max(0, 1 - already)] if self.single else calls
 
 
 class ChatShape:
@@ -149,31 +125,6 @@ def _check_tool_choice(body: ChatCompletionRequest) -> None:
                        param="tool_choice", code="invalid_value")
 
 
-@functools.cache
-def _template(spec: str) -> str:
-    return load_chat_template(spec)
-
-
-def chat_template_for(runtime: Runtime, with_tools: bool) -> str | None:
-    """The template to render with (None: the tokenizer's own).
-
-    Raises:
-        ApiError: 400 naming ``tools`` when tools are asked for and no template can render them.
-    """
-    spec = runtime.settings.chat_template
-    template = _template(spec) if spec is not None else None
-    if not with_tools:
-        return template
-    own = template if template is not None else getattr(runtime.tokenizer, "chat_template", None)
-    if renders_tools(own):
-        return template
-    if spec is None and own and _CHATML in own:
-        return _template("hermes")  # Hermes tool calls are ChatML: the same turns, plus the tools
-    raise ApiError(400, "this model's chat template does not render tools; start the server with "
-                   "--chat-template (GUARDRAIL_CHAT_TEMPLATE) naming one that does", param="tools",
-                   code="unsupported_parameter")
-
-
 def _message(m: ChatMessage) -> dict[str, Any]:
     """A message as Hugging Face chat templates read it ("developer" is OpenAI's newer name for system;
     a call's arguments are given as an object where they parse, as those templates expect)."""
@@ -199,15 +150,11 @@ def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> tuple[ToolUse | 
     """How the answer is read for calls, and the stop strings a forced call adds."""
     if not body.tools or body.tool_choice == "none":
         return None, ()
-    parser = PARSERS[runtime.settings.tool_call_parser]
     choice = body.tool_choice
-    single = body.parallel_tool_calls is False
     if isinstance(choice, NamedToolChoice):
-        stop = ("</tool_call>",) if runtime.settings.tool_call_parser == "hermes" else ()
-        return ToolUse(parser, forced_prefix(parser, choice.function.name), single=True), stop
-    if choice == "required":
-        return ToolUse(parser, forced_prefix(parser, None), single=single), ()
-    return ToolUse(parser, single=single), ()
+        return tool_use(runtime, "named", choice.function.name)
+    return tool_use(runtime, "required" if choice == "required" else "auto",
+                    single=body.parallel_tool_calls is False)
 
 
 @router.post(
@@ -223,17 +170,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     _check_tool_choice(body)
     messages = [_message(m) for m in body.messages]
     tools, extra_stop = _tool_use(runtime, body)
-    tool_list = [t.model_dump(exclude_none=True) for t in body.tools] if tools is not None and body.tools else None
-    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages, tools=tool_list,
-                                        chat_template=chat_template_for(runtime, tool_list is not None),
-                                        assistant_prefix=tools.prefix if tools is not None else "")
-    fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
-    if tool_list:
-        fields["tools"] = len(tool_list)
-    if runtime.settings.debug_log_prompts:
-        fields["prompt"] = messages
-    prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="messages",
-                       caller=caller_of(request), extra_stop=extra_stop)
+    prepared = await prepare_chat(runtime, request, body, ENDPOINT, messages,
+                                  [t.model_dump(exclude_none=True) for t in body.tools or ()], tools, extra_stop,
+                                  body.token_limit(), prompt_param="messages")
     shape = ChatShape(tools, logprobs=prepared.generation.params.logprobs is not None)
     answer = await respond(runtime, request, prepared, shape, ENDPOINT)
     if isinstance(answer, dict):

@@ -23,30 +23,25 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from guardrail.guard.events import Finish, Rollback, TextDelta
+from guardrail.guard.events import Finish
 from service.auth import require_client
+from service.chat_prompt import prepare_chat
 from service.deps import RuntimeDep
 from service.errors import ApiError, validation_response
+from service.event_stream import Finished, KeepAlive, Output, OwnStreamShape, answer_items
 from service.generation import (
     ChoiceEvent,
     ChoiceResult,
-    GuardRecord,
     Prepared,
     ResponseIdentity,
     guard_headers,
-    prepare,
-    prepend,
-    prompt_token_ids,
     reject_unsupported,
     respond,
-    with_keepalive,
 )
-from service.routes.chat import ToolUse, chat_template_for
 from service.runtime import Runtime
 from service.schemas.messages import STOP_REASONS, AnthropicError, MessageResponse, MessagesRequest, tool_input
-from service.tenants.access import caller_of
-from service.tool_calls import ToolCall, ToolCallStream, parse_answer
-from service.tool_choice import Mode, tool_use
+from service.tool_calls import ToolCall, parse_answer
+from service.tool_choice import Mode, ToolUse, tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
 ENDPOINT = "/v1/messages"
@@ -134,7 +129,7 @@ def _tool_use_block(call: ToolCall) -> dict[str, Any]:
             "input": tool_input(call.arguments)}
 
 
-class MessagesShape:
+class MessagesShape(OwnStreamShape):
     """``message`` objects; the stream is written by :func:`message_events`."""
 
     id_prefix = "msg"
@@ -177,19 +172,6 @@ class MessagesShape:
                 "model": self.runtime.model_id, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                 "usage": usage, "guardrail": guardrail}
 
-    # -- ResponseShape (only body is used: the stream has its own writer) ---------------------------------
-    def first_chunk(self, c: ResponseIdentity, index: int) -> None:
-        return None
-
-    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]:
-        return []
-
-    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
-        return []
-
-    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         [result] = results
         text: str | None = result.finish.text
@@ -217,12 +199,8 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
     record) and ``message_stop``. ``ping`` also keeps an idle connection alive while the guard holds text back.
     A failure after the start becomes an ``error`` event (Anthropic's error body) and the stream ends."""
     assert isinstance(shape, MessagesShape)
-    tools = shape.tools
-    stream = ToolCallStream(tools.parser, tools.prefix) if tools is not None else None
     blocks = 0
     text_open = False
-    sent_calls = 0
-    record = GuardRecord()
 
     def open_text() -> list[str]:
         nonlocal text_open
@@ -236,16 +214,15 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
         blocks += 1
         return [sse("content_block_stop", {"type": "content_block_stop", "index": blocks - 1})]
 
-    def emit(content: str, calls: list[ToolCall]) -> list[str]:
-        nonlocal blocks, sent_calls
+    def emit(output: Output) -> list[str]:
+        nonlocal blocks
         out: list[str] = []
-        if content:
+        if output.text:
             if not text_open:
                 out += open_text()
             out.append(sse("content_block_delta", {"type": "content_block_delta", "index": blocks,
-                                                   "delta": {"type": "text_delta", "text": content}}))
-        for call in tools.limit(calls, sent_calls) if tools is not None else calls:
-            sent_calls += 1
+                                                   "delta": {"type": "text_delta", "text": output.text}}))
+        for call in output.calls:
             if text_open:
                 out += close_text()
             block = _tool_use_block(call)
@@ -257,40 +234,30 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
             blocks += 1
         return out
 
-    sent_text = False
     try:
         yield sse("message_start", {"type": "message_start", "message": shape.message(
             [], None, None, shape.usage(0), None)})
         yield _PING
         try:
-            async for item in with_keepalive(prepend(first, events), prepared.keepalive_s):
-                if item is None:
+            async for item in answer_items(first, events, shape.tools, prepared.keepalive_s, first_text):
+                if isinstance(item, KeepAlive):
                     yield _PING
-                elif isinstance(item.event, TextDelta) and item.event.text:
-                    content, calls = stream.feed(item.event.text) if stream is not None else (item.event.text, [])
-                    for line in emit(content, calls):
-                        if not sent_text:
-                            sent_text = True
-                            first_text()
+                elif isinstance(item, Output):
+                    for line in emit(item):
                         yield line
-                elif isinstance(item.event, Rollback):
-                    record.add(item.event)
-                elif isinstance(item.event, Finish):
-                    finish = item.event
-                    for line in emit(*stream.finish()) if stream is not None else ():
-                        yield line
+                elif isinstance(item, Finished):
                     if blocks == 0 and not text_open:  # an empty answer is one empty text block, as its body
                         for line in open_text():
                             yield line
                     if text_open:
                         for line in close_text():
                             yield line
-                    reason, sequence = shape.stop(finish, sent_calls > 0)
-                    result = ChoiceResult(finish, record.to_dict(finish))
+                    finish = item.result.finish
+                    reason, sequence = shape.stop(finish, item.calls > 0)
                     yield sse("message_delta", {
                         "type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                        "usage": shape.usage(finish.usage.completion_tokens, result),
-                        "guardrail": result.guardrail})
+                        "usage": shape.usage(finish.usage.completion_tokens, item.result),
+                        "guardrail": item.result.guardrail})
                     yield sse("message_stop", {"type": "message_stop"})
         except ServerShuttingDown as exc:  # the drain deadline passed (service/drain.py)
             yield sse("error", error_body(503, str(exc)))
@@ -318,19 +285,10 @@ async def create_message(body: MessagesRequest, request: Request, response: Resp
                          runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     reject_unsupported(body)  # before the prompt is tokenized
     tools, extra_stop = _tool_use(runtime, body)
-    tool_list = [t.function() for t in body.tools] if tools is not None and body.tools else None
-    messages = body.chat_messages()
-    prompt_ids = await prompt_token_ids(runtime, "messages", messages=messages, tools=tool_list,
-                                        chat_template=chat_template_for(runtime, tool_list is not None),
-                                        assistant_prefix=tools.prefix if tools is not None else "")
-    fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
-    if tool_list:
-        fields["tools"] = len(tool_list)
-    if runtime.settings.debug_log_prompts:
-        fields["prompt"] = messages
-    prepared = prepare(runtime, body, prompt_ids, body.max_tokens, fields, prompt_param="messages",
-                       caller=caller_of(request), extra_stop=extra_stop)
-    shape = MessagesShape(runtime, body, tools, len(prompt_ids))
+    prepared = await prepare_chat(runtime, request, body, ENDPOINT, body.chat_messages(),
+                                  [t.function() for t in body.tools or ()], tools, extra_stop, body.max_tokens,
+                                  prompt_param="messages")
+    shape = MessagesShape(runtime, body, tools, len(prepared.generation.prompt_ids))
     answer = await respond(runtime, request, prepared, shape, ENDPOINT, message_events)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([answer["guardrail"]]))

@@ -17,35 +17,29 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.guard.events import Finish, Rollback, TextDelta
 from service.auth import require_client
+from service.chat_prompt import prepare_chat
 from service.deps import RuntimeDep
 from service.errors import ApiError, error_body
+from service.event_stream import Finished, KeepAlive, Output, OwnStreamShape, answer_items
 from service.generation import (
     GENERATION_ERRORS,
     SHUTTING_DOWN,
     SSE_KEEPALIVE,
     ChoiceEvent,
     ChoiceResult,
-    GuardRecord,
     Prepared,
     ResponseIdentity,
     UsageTotal,
     guard_headers,
-    prepare,
-    prepend,
-    prompt_token_ids,
     respond,
     sse_event,
-    with_keepalive,
 )
-from service.routes.chat import ToolUse, chat_template_for
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.schemas.text import Text
-from service.tenants.access import caller_of
-from service.tool_calls import ToolCall, ToolCallStream, parse_answer
-from service.tool_choice import tool_use
+from service.tool_calls import ToolCall, parse_answer
+from service.tool_choice import ToolUse, tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -193,7 +187,7 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
             "output_tokens_details": {"reasoning_tokens": 0}, **extra}
 
 
-class ResponsesShape:
+class ResponsesShape(OwnStreamShape):
     """``response`` objects; its stream events are written by :func:`response_events`. Output items: the message
     (when the answer has text, or has nothing else), then one ``function_call`` item per call."""
 
@@ -246,19 +240,6 @@ class ResponsesShape:
         content, calls = parse_answer(self.tools.parser, text, self.tools.prefix)
         return content or "", self.tools.limit(calls)
 
-    # -- ResponseShape (only body is used: the stream has its own writer) ---------------------------------
-    def first_chunk(self, c: ResponseIdentity, index: int) -> None:
-        return None
-
-    def delta_chunks(self, c: ResponseIdentity, index: int, text: str) -> list[dict[str, Any]]:
-        return []
-
-    def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
-        return []
-
-    def usage_chunk(self, c: ResponseIdentity, usage: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
         [result] = results
         status = "incomplete" if result.finish.reason in _INCOMPLETE else "completed"
@@ -276,15 +257,10 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
     no output is one empty message. A failure after the start becomes an ``error`` event. No ``[DONE]``: the
     Responses API ends with the terminal event."""
     assert isinstance(shape, ResponsesShape)
-    tools = shape.tools
-    stream = ToolCallStream(tools.parser, tools.prefix) if tools is not None else None
     sequence = 0
     items: list[dict[str, Any]] = []  # the output so far (a message while open: text still growing)
     message_at: int | None = None  # the open message's output_index
     text = ""
-    record = GuardRecord()
-    sent_text = False
-    calls_sent = 0
 
     def event(kind: str, **fields: Any) -> str:
         nonlocal sequence
@@ -310,17 +286,16 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
                 event("response.content_part.done", **where, part=shape.part(text)),
                 event("response.output_item.done", output_index=at, item=items[at])]
 
-    def emit(content: str, calls: list[ToolCall]) -> list[str]:
-        nonlocal text, calls_sent
+    def emit(output: Output) -> list[str]:
+        nonlocal text
         out: list[str] = []
-        if content:
+        if output.text:
             if message_at is None:
                 out += open_message()
-            text += content
+            text += output.text
             out.append(event("response.output_text.delta", item_id=shape.message_id, output_index=message_at,
-                             content_index=0, delta=content, logprobs=[]))
-        for call in tools.limit(calls, calls_sent) if tools is not None else calls:
-            calls_sent += 1
+                             content_index=0, delta=output.text, logprobs=[]))
+        for call in output.calls:
             if message_at is not None:
                 out += close_message("completed")
             at = len(items)
@@ -338,33 +313,24 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
         yield event("response.created", response=shape.response(c, "in_progress"))
         yield event("response.in_progress", response=shape.response(c, "in_progress"))
         try:
-            async for item in with_keepalive(prepend(first, events), prepared.keepalive_s):
-                if item is None:
+            async for item in answer_items(first, events, shape.tools, prepared.keepalive_s, first_text):
+                if isinstance(item, KeepAlive):
                     yield SSE_KEEPALIVE
-                elif isinstance(item.event, TextDelta) and item.event.text:
-                    content, calls = stream.feed(item.event.text) if stream is not None else (item.event.text, [])
-                    for line in emit(content, calls):
-                        if not sent_text:
-                            sent_text = True
-                            first_text()
+                elif isinstance(item, Output):
+                    for line in emit(item):
                         yield line
-                elif isinstance(item.event, Rollback):
-                    record.add(item.event)
-                elif isinstance(item.event, Finish):
-                    finish = item.event
+                elif isinstance(item, Finished):
+                    finish = item.result.finish
                     status = "incomplete" if finish.reason in _INCOMPLETE else "completed"
-                    for line in emit(*stream.finish()) if stream is not None else ():
-                        yield line
                     if not items:
                         for line in open_message():
                             yield line
                     if message_at is not None:
                         for line in close_message(status):
                             yield line
-                    result = ChoiceResult(finish, record.to_dict(finish))
                     total = UsageTotal()
                     total.add(finish.usage)
-                    yield event(f"response.{status}", response=shape.response(c, status, items, result,
+                    yield event(f"response.{status}", response=shape.response(c, status, items, item.result,
                                                                               total.to_dict()))
         except ServerShuttingDown as exc:  # the drain deadline passed (service/drain.py)
             body = error_body(str(exc), status=503, code=SHUTTING_DOWN)["error"]
@@ -392,18 +358,9 @@ async def create_response(body: ResponsesRequest, request: Request, response: Re
     if not isinstance(text_format, dict) or text_format.get("type", "text") != "text":
         raise ApiError(400, "only text output is supported", param="text.format", code="unsupported_parameter")
     tools, extra_stop = body.tool_use(runtime)
-    tool_list = [t.function() for t in body.tools] if tools is not None and body.tools else None
-    messages = body.messages()
-    prompt_ids = await prompt_token_ids(runtime, "input", messages=messages, tools=tool_list,
-                                        chat_template=chat_template_for(runtime, tool_list is not None),
-                                        assistant_prefix=tools.prefix if tools is not None else "")
-    fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
-    if tool_list:
-        fields["tools"] = len(tool_list)
-    if runtime.settings.debug_log_prompts:
-        fields["prompt"] = messages
-    prepared = prepare(runtime, body, prompt_ids, body.max_output_tokens or body.max_tokens, fields,
-                       prompt_param="input", caller=caller_of(request), extra_stop=extra_stop)
+    prepared = await prepare_chat(runtime, request, body, ENDPOINT, body.messages(),
+                                  [t.function() for t in body.tools or ()], tools, extra_stop,
+                                  body.max_output_tokens or body.max_tokens, prompt_param="input")
     answer = await respond(runtime, request, prepared, ResponsesShape(body, tools), ENDPOINT, response_events)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([answer["guardrail"]]))

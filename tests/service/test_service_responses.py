@@ -47,6 +47,20 @@ def test_the_guard_applies_to_responses(openai_client):
     assert rollbacks >= 1 and raw.headers["Guardrail-Rollbacks"] == f"request={rollbacks}"
 
 
+def test_a_streamed_response_is_guarded_and_its_last_event_says_why(openai_client):
+    guarded = {**ASK, "extra_body": {"banned_terms": ["Paris"]}}
+    whole = openai_client.responses.create(**guarded)
+    events = list(openai_client.responses.create(**guarded, stream=True))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas and not any("paris" in d.lower() for d in deltas)
+    last = events[-1]
+    assert last.type == f"response.{whole.status}" and "".join(deltas) == last.response.output_text
+    assert last.response.output_text == whole.output_text
+    # The rollbacks' record (list names and counts) reaches the stream's last event as it does the body.
+    assert last.response.model_extra["guardrail"] == whole.model_extra["guardrail"]
+    assert last.response.model_extra["guardrail"]["lists"]["request"] >= 1
+
+
 def test_a_response_cut_by_max_output_tokens_is_incomplete(openai_client):
     response = openai_client.responses.create(**{**ASK, "max_output_tokens": 2})
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"

@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from guardrail.prompts import load_chat_template, prompt_ids, renders_tools
+from service.chat_prompt import chat_template_for
 from service.errors import ApiError
 from service.generation import with_keepalive
-from service.routes.chat import chat_template_for
 from service.schemas.generation import ChatCompletionRequest
 from service.settings import Settings
 from service.tool_calls import HermesParser, JsonParser, ToolCallStream, forced_prefix, parse_answer
