@@ -1,8 +1,10 @@
-"""What chat and text completions share: validate a request against the server's limits, turn it into
-a :class:`~service.worker.GenerationRequest`, and answer it as one JSON body or as Server-Sent Events.
+"""What the generating routes share (chat and text completions, Anthropic's messages, responses): validate a
+request against the server's limits, turn it into a :class:`~service.worker.GenerationRequest`, and answer it
+as one JSON body or as Server-Sent Events.
 
-The two routes differ only in how they build the prompt and in the JSON of their chunks and bodies,
-which they describe with a :class:`ResponseShape`.
+The routes differ in how they build the prompt (chat templates: :mod:`service.chat_prompt`) and in the JSON of
+their chunks and bodies, which they describe with a :class:`ResponseShape`; messages and responses frame their
+own events from :mod:`service.event_stream`.
 """
 
 from __future__ import annotations
