@@ -28,6 +28,12 @@ Models whose cache has sliding-window layers (Gemma 3) fall back to batch-1: req
 through ``StreamingDecoder.stream`` (see :mod:`guardrail.engines.transformers.batch_cache` for why), and
 :attr:`BatchedDecoder.max_batch` is 1.
 
+Failures: a row whose own per-token work raises (its :class:`Generation`'s loop: the guard session, sampling,
+a grammar matcher, logprobs; or its start after the prefill) ends alone: it leaves the batch and the cache,
+and only its request gets the error (:meth:`BatchedDecoder.stream` raises it); its neighbours decode on. A
+failure in shared work (the batch forward pass, a group prefill, admission, compaction) leaves the batch
+cache untrusted and ends every request (:meth:`BatchedDecoder._fail_all`).
+
 Threading: :meth:`BatchedDecoder.step` is driven by one thread; :meth:`submit` and the cancel events may be
 used from others. :meth:`BatchedDecoder.start` runs that thread itself, and :meth:`BatchedDecoder.stream` then
 gives each caller (one thread per request, as the service's worker has) a plain event iterator, a drop-in for
@@ -105,6 +111,12 @@ class Request:
         return f"Request({self.id})"
 
 
+class _SharedCacheError(Exception):
+    """The shared batch cache failed inside a row's own step (a rollback, which may compact): not that
+    row's alone, since the cache may be half-changed. The original is the ``__cause__``; :meth:`BatchedDecoder.step`
+    re-raises it, which ends every request."""
+
+
 class _RowKV:
     """A row's slice of the batch cache, as the :class:`~guardrail.engines.transformers.decoder.DecodeKV` its
     generation decodes on: a rollback masks the row's columns (holes), the batcher advances it per pass."""
@@ -122,8 +134,15 @@ class _RowKV:
         self.length += tokens
 
     def rollback_to(self, length: int, token_ids: Sequence[int]) -> bool:
-        """Mask the row's columns after ``length`` tokens (holes); no forward pass. Returns False (no re-prefill)."""
-        self.cache.rollback_to(self.row, length)
+        """Mask the row's columns after ``length`` tokens (holes); no forward pass. Returns False (no re-prefill).
+
+        Raises:
+            _SharedCacheError: the batch cache raised (its original error as the cause).
+        """
+        try:
+            self.cache.rollback_to(self.row, length)
+        except Exception as exc:  # noqa: BLE001 - shared state: must not be isolated as this row's failure
+            raise _SharedCacheError(f"the batch cache failed in a rollback of {self.row.request!r}") from exc
         self.length = length
         return False
 
@@ -201,6 +220,7 @@ class BatchedDecoder:
         self._running: list[_BatchRow] = []
         self._single: tuple[Request, Iterator[Event]] | None = None  # the batch-1 fallback's current stream
         self._outboxes: dict[int, queue.SimpleQueue] = {}  # request id -> its stream()'s events (driver thread)
+        self._failures: list[tuple[Request, Exception]] = []  # rows that failed alone, not yet delivered
         self._wake = threading.Event()
         self._driver: threading.Thread | None = None
         self._stopping = False
@@ -255,7 +275,13 @@ class BatchedDecoder:
 
         Returns:
             The events of this step, in order, each with its request. A request's last event is its
-            :class:`Finish`.
+            :class:`Finish`, unless its own row failed (:meth:`_fail_row`): then its error waits in
+            ``_failures`` for :meth:`_deliver` (or :meth:`generate` raises it), and its events end there.
+
+        Raises:
+            Exception: whatever shared work raised (admission, a prefill or batch forward pass, the batch
+                cache in a row's rollback or compaction): the batch state is then not trusted (:meth:`_drive`
+                ends every request).
         """
         if not self.batched:
             return self._step_single()
@@ -266,7 +292,14 @@ class BatchedDecoder:
         self._prefill()
         feeding: list[_BatchRow] = []
         for row in list(self._running):
-            if self._advance(row, events):
+            try:
+                keeps = self._advance(row, events)
+            except _SharedCacheError as exc:  # the shared cache, not the row: every request ends (_drive)
+                raise cast("Exception", exc.__cause__) from None
+            except Exception as exc:  # noqa: BLE001 - the row's own work: only its request ends
+                self._fail_row(row, exc)
+                continue
+            if keeps:
                 feeding.append(row)
             else:
                 self._running.remove(row)
@@ -383,8 +416,11 @@ class BatchedDecoder:
             assert logits is not None, "a done prefill holds its logits"
             cache.join(rows, prefill)
             for index, row in enumerate(rows):
-                row.start(cache, prefill.forward_passes, logits[index:index + 1])
                 self._running.append(row)
+                try:
+                    row.start(cache, prefill.forward_passes, logits[index:index + 1])
+                except Exception as exc:  # noqa: BLE001 - the row's own work: only its request ends
+                    self._fail_row(row, exc)
 
     def _advance(self, row: _BatchRow, events: list[tuple[Request, Event]]) -> bool:
         """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
@@ -405,6 +441,19 @@ class BatchedDecoder:
             return False
         row.feed = item
         return True
+
+    def _fail_row(self, row: _BatchRow, exc: Exception) -> None:
+        """``row``'s own work raised (its loop or its start): it leaves the batch and the cache, and its
+        request alone gets ``exc`` (queued for :meth:`_deliver`, after the events it released before).
+        The other rows' state is untouched: the shared cache only loses this row (``leave``)."""
+        log.exception("%r failed in its own step; it leaves the batch, its neighbours go on", row.request,
+                      exc_info=exc)
+        self._running.remove(row)
+        cache = self.cache
+        assert cache is not None, "a batched decoder holds a BatchKVCache"
+        cache.leave(row)
+        row.loop, row.feed, row.next_logits = None, None, None  # drop its logits and generator now
+        self._failures.append((row.request, exc))
 
     def _cancelled_before_start(self, row: _BatchRow) -> Finish:
         row.request.finished = True
@@ -448,6 +497,9 @@ class BatchedDecoder:
                     out[request.id] = []
             for request, event in self.step():
                 out[request.id].append(event)
+            if self._failures:  # a row failed alone: as stream() would, the caller gets its error
+                _, exc = self._failures.pop(0)
+                raise exc
             step += 1
         return [out[requests[index].id] for index in range(len(jobs))]
 
@@ -483,7 +535,8 @@ class BatchedDecoder:
 
         Raises:
             ValueError: as :meth:`submit`, raised by this call.
-            RuntimeError: when iterating, if the batch step failed (the message names the error class).
+            RuntimeError: when iterating, if this request's own row failed, or the shared batch step did
+                (the message names the error class; the original is its ``__cause__``).
         """
         if self._driver is None:
             raise RuntimeError("BatchedDecoder.stream needs start() first")
@@ -504,6 +557,9 @@ class BatchedDecoder:
                 return
 
     def _drive(self) -> None:
+        """The driver thread: step while there is work. A row's own failure ends its request alone (inside
+        :meth:`step`); any other exception from the step ends every request (:meth:`_fail_all`), and the
+        thread goes on serving new requests."""
         while not self._stopping or not self.idle:
             if self.idle:
                 self._wake.wait(0.5)
@@ -512,11 +568,12 @@ class BatchedDecoder:
             try:
                 self._deliver(self.step(deliver=self._deliver))  # the batch-1 fallback returns its events
             except Exception as exc:  # noqa: BLE001 - every waiting stream must end, never hang
-                log.exception("batch step failed")
+                log.exception("batch step failed; every request ends")
                 self._fail_all(exc)
 
     def _deliver(self, events: list[tuple[Request, Event]]) -> None:
-        """Hand each event to its request's :meth:`stream` (driver thread)."""
+        """Hand each event to its request's :meth:`stream`, then each row failure's error to its own
+        request's (after that request's last events; driver thread)."""
         for request, event in events:
             with self._lock:
                 outbox = self._outboxes.get(request.id)
@@ -524,9 +581,18 @@ class BatchedDecoder:
                     self._outboxes.pop(request.id, None)
             if outbox is not None:
                 outbox.put(event)
+        while self._failures:
+            request, exc = self._failures.pop(0)
+            with self._lock:
+                outbox = self._outboxes.pop(request.id, None)
+            if outbox is not None:
+                outbox.put(exc)
 
     def _fail_all(self, exc: Exception) -> None:
-        """A step raised: the batch state is not trusted any more; end every request with the error."""
+        """Shared work raised (:meth:`step` outside a row's own work, see :meth:`_fail_row`): the batch
+        cache is not trusted any more, so every request ends with ``exc`` and the cache starts empty. Rows
+        that failed alone earlier in the step still get their own error."""
+        self._deliver([])  # the rows that failed alone before the shared failure
         with self._lock:
             requests = [row.request for row in self._running]
             requests += [row.request for rows, _ in self._prefilling for row in rows]
