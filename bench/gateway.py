@@ -11,7 +11,8 @@ and noisy: compare ratios):
   prompts that hit nothing), ``ignore_eos`` so all decode the same number of tokens. Floor: gateway ≥ 0.9 ×
   direct. Runs alternate (order rotated every rep), ``--reps`` times; medians.
 * ``ttft_added_s``: median time to the first text chunk through the gateway without lists minus direct, single
-  stream (template rendering, one more HTTP hop, the guard session's bookkeeping). Floor: ≤ 0.020 s.
+  requests alternating (``--ttft-samples`` each; template rendering, one more HTTP hop, the guard session's
+  bookkeeping). Floor: ≤ 0.020 s.
   ``ttft_s.gateway_guarded``: the same with the ``en`` list, whose hold-back keeps text until no term can
   still begin in it (a word's end, as on every engine): that wait is the guarantee, not overhead.
 * ``rollback``: per upstream (prefix caching on, and off when the benchmark starts the servers itself), per
@@ -19,9 +20,9 @@ and noisy: compare ratios):
   ban mode: ``--leaks`` leak-suite prompts (tests/data/leak_prompts.json), greedy, ``ignore_eos``, each once
   with its term banned and once without (the baseline: same tokens decoded, no rollback). Reported: rollbacks,
   upstream requests per rollback (the gateway's ``guardrail_upstream_requests_total``), seconds per rollback
-  ((guarded − baseline) ÷ rollbacks), and the prompt tokens the resubmissions asked the upstream for and how
-  many of them its prefix cache served (vLLM's ``vllm:prefix_cache_queries`` / ``_hits``, less the first
-  request's).
+  ((guarded − baseline) ÷ rollbacks), and the prompt tokens the guarded answers' requests (the first, then the
+  resubmissions) asked the upstream for and how many of them its prefix cache served (vLLM's
+  ``vllm:prefix_cache_queries`` / ``_hits``).
 
 The upstream is either a vLLM OpenAI server that already runs (``--upstream URL``: its prefix-caching setting is
 whatever it was started with, reported as ``"given"``), or started here from ``--vllm-python`` (the vLLM
@@ -211,7 +212,8 @@ def long_messages(tokenizer, content: str, context: int) -> list[dict]:
     return [{"role": "system", "content": filler}, *messages] if room > 0 else messages
 
 
-def throughput(upstream: str, model: str, gateways: dict[str, str], tokenizer, tokens: int, reps: int) -> dict:
+def throughput(upstream: str, model: str, gateways: dict[str, str], tokenizer, tokens: int, reps: int,
+               ttft_samples: int) -> dict:
     def direct(content: str) -> tuple[str, dict]:
         ids = prompt_ids(tokenizer, messages=[{"role": "user", "content": content}])
         return upstream + "/v1/completions", {"model": model, "prompt": ids, "temperature": 0,
@@ -226,7 +228,6 @@ def throughput(upstream: str, model: str, gateways: dict[str, str], tokenizer, t
     concurrent([build(PROMPTS[0]) for build in targets.values()])  # warm every path (first-request costs)
     result: dict[str, dict] = {}
     ttft: dict[str, list[float]] = {name: [] for name in targets}
-    ttft_bare: dict[str, list[float]] = {name: [] for name in gateways}
     for streams in (1, 8):
         runs: dict[str, list[float]] = {name: [] for name in targets}
         names = list(targets)
@@ -236,18 +237,23 @@ def throughput(upstream: str, model: str, gateways: dict[str, str], tokenizer, t
                 runs[name].append(rate)
                 if streams == 1:
                     ttft[name] += firsts
-                    if name in gateways:  # without lists: what the hop itself adds
-                        ttft_bare[name] += concurrent([through(gateways[name], PROMPTS[0], wordlists=[])])[1]
         base = statistics.median(runs["direct"])
         result[f"{streams}_streams"] = {"direct_tokens_per_s": round(base, 2)} | {
             name: {"tokens_per_s": round(statistics.median(runs[name]), 2),
                    "ratio": round(statistics.median(runs[name]) / base, 3)} for name in gateways}
-    direct_ttft = statistics.median(ttft["direct"])
+    # What the hop itself adds to the first text: single requests without lists (no hold-back), alternating.
+    bare: dict[str, list[float]] = {name: [] for name in targets}
+    for index in range(ttft_samples):
+        content = PROMPTS[index % len(PROMPTS)]
+        for name in targets:
+            url, body = targets[name](content) if name == "direct" else through(gateways[name], content, wordlists=[])
+            bare[name] += concurrent([(url, {**body, "max_tokens": 4})])[1]
+    direct_ttft = statistics.median(bare["direct"])
     return {"throughput": result,
             "ttft_s": {"direct": round(direct_ttft, 4)} | {
                 name: {"guarded": round(statistics.median(ttft[name]), 4),
-                       "without_lists": round(statistics.median(ttft_bare[name]), 4)} for name in gateways},
-            "ttft_added_s": {name: round(statistics.median(ttft_bare[name]) - direct_ttft, 4) for name in gateways}}
+                       "without_lists": round(statistics.median(bare[name]), 4)} for name in gateways},
+            "ttft_added_s": {name: round(statistics.median(bare[name]) - direct_ttft, 4) for name in gateways}}
 
 
 def rollbacks(upstream: str, url: str, tokenizer, context: int, leaks: int) -> dict:
@@ -260,7 +266,8 @@ def rollbacks(upstream: str, url: str, tokenizer, context: int, leaks: int) -> d
     for case in LEAKS[:leaks]:
         body = {"model": MODEL, "messages": long_messages(tokenizer, case["prompt"], context), "temperature": 0,
                 "max_tokens": case["tokens_to_term"] + 8, "ignore_eos": True, "wordlists": []}
-        *_, seconds = stream(url + "/v1/chat/completions", body)  # baseline (and warms the prompt's blocks)
+        stream(url + "/v1/chat/completions", {**body, "max_tokens": 1})  # the prompt's blocks, warm for both runs
+        *_, seconds = stream(url + "/v1/chat/completions", body)  # the baseline: same tokens, no rollback
         baseline_s += seconds
         before, upstream_before = counters(url, *names), counters(upstream, *vllm_names)
         _, _, usage, seconds = stream(url + "/v1/chat/completions", {**body, "banned_terms": [case["term"]]})
@@ -271,15 +278,15 @@ def rollbacks(upstream: str, url: str, tokenizer, context: int, leaks: int) -> d
         answers += 1
         requests += after[names[0]] - before[names[0]]
         prompt_tokens.append(usage.get("prompt_tokens", 0))
-        first_cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        # vLLM counts every request's prompt lookup; the first request's is the client's prompt, not a resubmission
-        queried += upstream_after[vllm_names[0]] - upstream_before[vllm_names[0]] - usage.get("prompt_tokens", 0)
-        served += upstream_after[vllm_names[1]] - upstream_before[vllm_names[1]] - first_cached
+        # Every request of the answer (the first, warm from the baseline, and the resubmissions) looks its prompt
+        # up in vLLM's prefix cache.
+        queried += upstream_after[vllm_names[0]] - upstream_before[vllm_names[0]]
+        served += upstream_after[vllm_names[1]] - upstream_before[vllm_names[1]]
     return {"prompts": leaks, "prompt_tokens_median": statistics.median(prompt_tokens), "rollbacks": hits,
             "requests_per_rollback": round((requests - answers) / hits, 2) if hits else None,
             "seconds_per_rollback": round((guarded_s - baseline_s) / hits, 3) if hits else None,
             "guarded_s": round(guarded_s, 2), "baseline_s": round(baseline_s, 2),
-            "resubmitted_prompt_tokens": int(queried), "served_from_prefix_cache": int(served),
+            "prompt_tokens_asked": int(queried), "served_from_prefix_cache": int(served),
             "prefix_cache_share": round(served / queried, 3) if queried else None}
 
 
@@ -291,7 +298,7 @@ def run_upstream(upstream: str, args, tokenizer, data: Path, with_throughput: bo
         if "logits_processor" not in gateways:
             report["logits_processor"] = "not on this upstream (install guardrail in its environment)"
         if with_throughput:
-            report |= throughput(upstream, model, gateways, tokenizer, args.tokens, args.reps)
+            report |= throughput(upstream, model, gateways, tokenizer, args.tokens, args.reps, args.ttft_samples)
         report["rollback"] = {f"{context}_tokens": {name: rollbacks(upstream, url, tokenizer, context, args.leaks)
                                                     for name, url in gateways.items()}
                               for context in args.contexts}
@@ -306,6 +313,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--leaks", type=int, default=4)
+    parser.add_argument("--ttft-samples", type=int, default=12)
     parser.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[128, 2048])
     parser.add_argument("--split-cpus", action="store_true",
                         help="vLLM on half the CPUs, the gateways and the client on the rest (module docstring)")
