@@ -54,10 +54,21 @@ class ScriptedUpstream:
                               headers={"content-type": "text/event-stream"})
 
 
-def engine_for(upstream: ScriptedUpstream, tokenizer, vocab) -> RemoteEngine:
-    engine = RemoteEngine("http://upstream", tokenizer, vocab, transport=httpx.MockTransport(upstream))
+def engine_for(upstream: ScriptedUpstream, tokenizer, vocab, logits_processor: str = "auto") -> RemoteEngine:
+    engine = RemoteEngine("http://upstream", tokenizer, vocab, logits_processor=logits_processor,
+                          transport=httpx.MockTransport(upstream))
     engine.start()
     return engine
+
+
+def decode_with_sorry_banned(engine: RemoteEngine, base: list[int], vocab) -> Completion:
+    """Greedy, 16 tokens, "sorry" banned with 3 re-picks per position; the engine is closed after."""
+    try:
+        artefact = ArtefactCache(cache_dir=None).get_with_request(vocab, [], [wordlist_from_terms(["sorry"])])
+        params = SamplingParams(temperature=0, max_tokens=16, max_rollbacks_per_position=3)
+        return Completion.from_events(engine.stream(base, artefact, params, threading.Event()))
+    finally:
+        engine.close()
 
 
 def test_a_banned_token_the_upstream_returns_anyway_is_never_kept(smollm2_tokenizer, smollm2_vocab):
@@ -66,12 +77,7 @@ def test_a_banned_token_the_upstream_returns_anyway_is_never_kept(smollm2_tokeni
     upstream = ScriptedUpstream(smollm2_tokenizer, base, script)
     engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
     upstream.requests.clear()  # the start-up check's probe
-    try:
-        artefact = ArtefactCache(cache_dir=None).get_with_request(smollm2_vocab, [], [wordlist_from_terms(["sorry"])])
-        params = SamplingParams(temperature=0, max_tokens=16, max_rollbacks_per_position=3)
-        done = Completion.from_events(engine.stream(base, artefact, params, threading.Event()))
-    finally:
-        engine.close()
+    done = decode_with_sorry_banned(engine, base, smollm2_vocab)
     assert "sorry" not in done.text and done.finish_reason == "content_filter"
     assert done.usage.banned_returned == 4  # the 4th return of the banned token is past the position's budget
     sorry_at = len(smollm2_tokenizer.encode(" I am", add_special_tokens=False))
@@ -100,17 +106,10 @@ def test_exact_masks_that_do_not_hold_fall_back_to_bias_and_repick(smollm2_token
     base = smollm2_tokenizer.encode("Say it:", add_special_tokens=False)
     script = smollm2_tokenizer.encode(" I am sorry about that", add_special_tokens=False)
     upstream = ProcessorOnlyAtStartUp(smollm2_tokenizer, base, script)
-    engine = RemoteEngine("http://upstream", smollm2_tokenizer, smollm2_vocab, logits_processor="on",
-                          transport=httpx.MockTransport(upstream))
-    engine.start()
+    engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab, logits_processor="on")
     assert engine.info is not None and engine.info.logits_processor
     upstream.requests.clear()
-    try:
-        artefact = ArtefactCache(cache_dir=None).get_with_request(smollm2_vocab, [], [wordlist_from_terms(["sorry"])])
-        params = SamplingParams(temperature=0, max_tokens=16, max_rollbacks_per_position=3)
-        done = Completion.from_events(engine.stream(base, artefact, params, threading.Event()))
-    finally:
-        engine.close()
+    done = decode_with_sorry_banned(engine, base, smollm2_vocab)
     assert "sorry" not in done.text and done.finish_reason == "content_filter"
     sorry = script[len(smollm2_tokenizer.encode(" I am", add_special_tokens=False))]
     first, *later = upstream.requests[1:]  # after the first request, which ran into the hit
