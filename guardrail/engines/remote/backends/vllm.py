@@ -122,15 +122,7 @@ class VLLMAPI:
     def body(self, submission: Submission) -> dict[str, Any]:
         params = submission.params
         bias = {str(k): float(v) for k, v in params.logit_bias.items()}
-        xargs = None
-        if submission.in_request:
-            # Exact masks: the standing ids at every position, the re-pick's bans at this request's first.
-            guard: dict[str, Any] = {"mask": "bans", "banned_ids": sorted(submission.banned)}
-            if submission.repick:
-                guard["bans"] = {"0": sorted(submission.repick)}
-            # A client's bias cannot lift them: the processor sets -inf, which no finite bias moves.
-            xargs = {XARGS_KEY: json.dumps(guard, separators=(",", ":"))}
-        else:
+        if not submission.in_request:
             bias.update({str(t): BAN_BIAS for t in submission.banned_anywhere})  # a client's bias never lifts a ban
         greedy = params.temperature < GREEDY_TEMPERATURE
         body: dict[str, Any] = {
@@ -153,8 +145,13 @@ class VLLMAPI:
         }
         if bias:
             body["logit_bias"] = bias
-        if xargs is not None:
-            body["vllm_xargs"] = xargs
+        if submission.in_request:
+            # Exact masks: the standing ids at every position, the re-pick's bans at this request's first. A
+            # client's bias cannot lift them: the processor sets -inf, which no finite bias moves.
+            guard: dict[str, Any] = {"mask": "bans", "banned_ids": sorted(submission.banned)}
+            if submission.repick:
+                guard["bans"] = {"0": sorted(submission.repick)}
+            body["vllm_xargs"] = {XARGS_KEY: json.dumps(guard, separators=(",", ":"))}
         if params.seed is not None:
             # Each request draws afresh: a repeated seed would re-draw the token the rollback rejected.
             body["seed"] = (params.seed + submission.submissions) % 2**63
