@@ -25,6 +25,17 @@ matcher applies that normalisation before these tables):
   Default_Ignorable_Code_Point, as the ``regex`` package reports it (its own Unicode version).
 - ``leet`` ``{letter: "chars"}``: common single-character leetspeak substitutions (digits and symbols
   only, never letters or whitespace); sources in ``leet_source``.
+- ``symbols`` ``{letter: "chars"}``: punctuation and symbols that look like an ASCII letter, read like its
+  leetspeak (``b¡tch``): a single non-ASCII code point of category P* or S* whose confusables prototype is
+  that letter (``∣`` → ``l``, ``×`` → ``x``, ``∪`` → ``u``), or a Latin-1 Supplement symbol (U+00A1–U+00BF,
+  U+00D7, U+00F7: the ones keyboards type) whose transliteration by the ``anyascii`` package is one of the
+  letter's leetspeak characters (``¡`` → ``!`` → ``i``, ``¦`` → ``|`` → ``i``, ``l``). Characters NFKC folds
+  to ASCII are left out (the normalisation already reads them).
+- ``vocalization_marks`` ``[[lo, hi], ...]``: the nonspacing marks (category Mn) of the Arabic and Hebrew
+  scripts (Script_Extensions, so the harakat shared with Syriac count; none also used by Latin), as the ``regex``
+  package reports them: harakat, shadda, sukun, Hebrew points and cantillation.
+  Words are written with or without them (``سَكس`` is ``سكس``), so the normalisation drops them, like
+  default-ignorable code points.
 
 Usage: python scripts/gen_obfuscation_data.py [--output PATH] [--check]
 """
@@ -176,6 +187,43 @@ def regex_unicode_version() -> str | None:
     return found.group(1) if found else None
 
 
+def symbols() -> dict[str, str]:
+    """Look-alike punctuation and symbols per ASCII letter (module docstring, ``symbols``)."""
+    from anyascii import anyascii
+
+    text = importlib.resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8")
+    found: dict[str, set[str]] = defaultdict(set)
+    for raw_key, entries in json.loads(text).items():
+        source = raw_key.translate(BIDI_MARKS)
+        if len(source) != 1 or source.isascii() or unicodedata.category(source)[0] not in "PS":
+            continue
+        letters = {e["c"].casefold() for e in entries if len(e["c"]) == 1 and e["c"].isascii() and e["c"].isalpha()}
+        for letter in letters:
+            found[letter].add(source)
+    latin1 = [chr(c) for c in range(0xA1, 0xC0)] + ["\u00d7", "\u00f7"]
+    for char in latin1:
+        if unicodedata.category(char)[0] not in "PS":
+            continue
+        for letter, chars in LEET.items():
+            if anyascii(char) in chars:
+                found[letter].add(char)
+    return {letter: "".join(sorted(c for c in chars if fold(c) == c and not fold(c).isascii()))
+            for letter, chars in sorted(found.items()) if any(fold(c) == c for c in chars)}
+
+
+def vocalization_marks() -> list[list[int]]:
+    pattern = regex.compile(r"[[\p{Script_Extensions=Arabic}\p{Script_Extensions=Hebrew}]&&\p{Mn}--\p{Script_Extensions=Latin}]", regex.V1)
+    everything = "".join(map(chr, range(0x110000)))
+    ranges: list[list[int]] = []
+    for match in pattern.finditer(everything):
+        code = match.start()
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return ranges
+
+
 def check_leet() -> None:
     for letter, chars in LEET.items():
         for char in chars:
@@ -205,6 +253,15 @@ def build(marked: bool = True) -> tuple[dict, list[str]]:
                                      "property": "Default_Ignorable_Code_Point"},
         "leet": dict(sorted(LEET.items())),
         "leet_source": LEET_SOURCE,
+        "symbols": symbols(),
+        "symbols_source": {"confusables": package_version("confusable-homoglyphs"),
+                           "anyascii": package_version("anyascii"),
+                           "rule": "P*/S* confusables of one ASCII letter; Latin-1 Supplement symbols whose "
+                                   "anyascii transliteration is a leet character of the letter"},
+        "vocalization_marks": vocalization_marks(),
+        "vocalization_marks_source": {"package": "regex", "version": package_version("regex"),
+                                      "unicode_version": regex_unicode_version(),
+                                      "property": "[[\\p{Script_Extensions=Arabic}\\p{Script_Extensions=Hebrew}]&&\\p{Mn}--\\p{Script_Extensions=Latin}]"},
     }
     return data, conflicts
 

@@ -67,7 +67,8 @@ SEPARATORS = frozenset(" .-_*~,/|+:·•")
 #: Characters standing for one censored letter (``f*ck``, ``f@ck``): the grawlix symbols and the marks people
 #: type for a blanked letter.
 CENSOR_CHARS = frozenset("*#%@$!&•_-.")
-#: Markdown emphasis markers dropped inside a word when doubled (``f**u**ck``, ``f~~u~~ck``, ``f__u__ck``).
+#: Markdown emphasis markers, read through inside a term with ``+markup`` (``f**u**ck``, ``f~~u~~ck``,
+#: ``f__u__ck``): the term side skips them, so ``f**k`` is still seen by the censor rules.
 EMPHASIS_CHARS = frozenset("*~_")
 
 #: What a spaced view emits for the second and for the third character of a run of one letter (``fuuuuck``
@@ -77,6 +78,18 @@ EMPHASIS_CHARS = frozenset("*~_")
 #: ``regex_automaton.py``). A single term letter reads a run of three or more (``M`` then ``N``), never a
 #: double letter: "rapping" is not "raping", "bonner" not "boner".
 STRETCH_MARK, STRETCH_MARK_3 = "M", "N"
+
+#: What a spaced view emits between a one-letter word and the rest of a spaced run it begins or ends
+#: (``a f u c k`` reads ``a`` + mark + ``fuck``; ``a s s`` reads ``a`` + mark + ``sM``): a non-word symbol that
+#: normalised text never holds (whitespace is one space there), so a term may begin or end at it, and a term
+#: may also read through it (it moves threads without counting as a character, like the stretch marks).
+JOINT_MARK = "\x1f"
+
+#: Letters that are words on their own in running text: English "a" and "I" and the chat spelling "u"
+#: ("you"). A spaced run beginning or ending with one of them may be that word beside a spaced form
+#: (``I f u c k``, ``s h i t a lot``). Kept short on purpose: with ``e``, ``s`` or ``y`` here a spaced
+#: ``s p i c e``, ``p a s s`` or ``c o c k y`` would read as a term (bench/obfuscation.py, spaced words).
+ONE_LETTER_WORDS = frozenset("aiu")
 
 DATA_PATH = Path(__file__).parent.parent / "data" / "obfuscation.json"
 
@@ -91,12 +104,17 @@ class ObfuscationData:
         diacritics: ASCII letter → the accented letters (NFKC + casefolded) whose base it is.
         leet: ASCII letter → the single characters leetspeak writes for it.
         default_ignorable: sorted inclusive code point ranges of Default_Ignorable_Code_Point.
+        symbols: ASCII letter → punctuation and symbols that look like it (``¡`` for ``i``), read like leet.
+        vocalization_marks: sorted inclusive code point ranges of the Arabic and Hebrew nonspacing marks that
+            the normalisation drops (harakat, points).
     """
 
     confusables: dict[str, str]
     diacritics: dict[str, str]
     leet: dict[str, str]
     default_ignorable: tuple[tuple[int, int], ...]
+    symbols: dict[str, str]
+    vocalization_marks: tuple[tuple[int, int], ...]
 
 
 @functools.cache
@@ -104,13 +122,21 @@ def data() -> ObfuscationData:
     """The tables, read once from :data:`DATA_PATH`."""
     raw = json.loads(DATA_PATH.read_text(encoding="utf-8"))
     return ObfuscationData(dict(raw["confusables"]), dict(raw["diacritics"]), dict(raw["leet"]),
-                           tuple((int(lo), int(hi)) for lo, hi in raw["default_ignorable"]))
+                           tuple((int(lo), int(hi)) for lo, hi in raw["default_ignorable"]), dict(raw["symbols"]),
+                           tuple((int(lo), int(hi)) for lo, hi in raw["vocalization_marks"]))
 
 
 @functools.cache
 def default_ignorable_chars() -> frozenset[str]:
     """Every Default_Ignorable_Code_Point character (invisible when rendered: removed before matching)."""
     return frozenset(chr(p) for lo, hi in data().default_ignorable for p in range(lo, hi + 1))
+
+
+@functools.cache
+def vocalization_marks() -> frozenset[str]:
+    """The Arabic and Hebrew vowel and cantillation marks (``data().vocalization_marks``): words are written
+    with or without them, so the normalisation drops them."""
+    return frozenset(chr(p) for lo, hi in data().vocalization_marks for p in range(lo, hi + 1))
 
 
 def fold_homoglyph(char: str) -> str:

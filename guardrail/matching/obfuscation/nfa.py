@@ -8,19 +8,31 @@ letters already folded, spaced runs joined, runs of three or more letters read a
 A term's character ``c`` (homoglyph-folded) is read as
 
 * a **real** letter: ``c`` itself or, for an ASCII letter, one of its accented forms (``u`` reads ``ú``,
-  ``ü``…; an accented term letter reads only itself);
-* a **leet** character (``leet`` and above): ``4`` or ``@`` for ``a``… — not a real letter;
+  ``ü``…; an accented term letter reads only itself), or the same written decomposed (a letter followed by
+  combining marks, which are read through);
+* a **leet** character (``leet`` and above): ``4`` or ``@`` for ``a``, and the look-alike symbols of the
+  ``symbols`` table (``¡`` for ``i``, ``|`` for ``l``) — not a real letter;
 * a **censor** character (``masked``, at most once, never the first or last letter, terms of
   :data:`~guardrail.matching.obfuscation.MIN_CENSOR_LETTERS` letters or more) — not a real letter;
 
 and, from ``spaced`` on, a term letter may be followed by the view's stretch marks (the view reads ``uuuu`` as
-``uMN``, ``ss`` as ``sM``): a single letter by both or none, a doubled one by the first and maybe the second
-(``as`` never reads as ``ass``, ``rapping`` never as ``raping``). A form
-matches when it holds at least :data:`~guardrail.matching.obfuscation.MIN_REAL_LETTERS` real letters, is not
-preceded by a word character (``word`` and ``prefix`` terms) and not followed by one (``word`` terms).
+``uMN``, ``ss`` as ``sM``): a single letter by both or none, or by the first alone where
+:func:`~guardrail.matching.obfuscation.forms.doubling_positions` allows it (``suuck``), a doubled one by the
+first and maybe the second (``as`` never reads as ``ass``). Between two letters a spaced view's joint mark and,
+with ``+markup``, markdown emphasis markers (``f**u**ck``) are read through. A form matches when it holds at
+least :data:`~guardrail.matching.obfuscation.MIN_REAL_LETTERS` real letters, is not preceded by a word
+character (``word`` and ``prefix`` terms) and not followed by one (``word`` terms).
+
+Besides that layered path, whole forms from :mod:`guardrail.matching.obfuscation.forms` are added as chains:
+the leet forms of a three-letter term that keep one real letter (``4ss``), the one-edit forms of long terms
+(``masturbaton``) and the runs of two or more censor characters (``f**k``, ``b***h``).
+
+The marks, the joint, combining marks and emphasis markers are *uncounted* (:attr:`ObfuscationNfa.uncounted`):
+they move threads but are not characters of a form, so loops on them keep the automaton finite.
 
 States are layered: before each term position, one node per (real letters so far, capped at 2; censor
-used), so a term of ``n`` characters unrolls to at most ``6 n`` nodes plus one reader per edge.
+used), so a term of ``n`` characters unrolls to at most ``6 n`` nodes plus one reader per edge, plus the
+chains (``O(n²)`` nodes for the censor runs of a term).
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import array
 import contextlib
 import functools
 import gc
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -37,6 +50,8 @@ import numpy as np
 from guardrail.matching.charset import CharSet
 from guardrail.matching.obfuscation import (
     CENSOR_CHARS,
+    EMPHASIS_CHARS,
+    JOINT_MARK,
     MIN_CENSOR_LETTERS,
     MIN_REAL_LETTERS,
     STRETCH_MARK,
@@ -46,6 +61,8 @@ from guardrail.matching.obfuscation import (
     data,
     fold_homoglyph,
 )
+from guardrail.matching.obfuscation.forms import censor_runs, doubling_positions, edits, one_real_letter_forms
+from guardrail.matching.obfuscation.view import STRETCHABLE_SYMBOLS
 from guardrail.matching.regex.nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
 from guardrail.wordlists.wordlist import MatchMode
 
@@ -130,21 +147,62 @@ def _charset(chars: str) -> CharSet:
     return CharSet.of(ord(c) for c in chars)
 
 
+@functools.cache
+def combining_marks() -> str:
+    """The combining marks an accented letter of the ``diacritics`` table decomposes into (NFD): what follows
+    a plain letter when text is written decomposed (``u`` + U+0301 for ``ú``)."""
+    marks = {m for accented in data().diacritics.values() for letter in accented
+             for m in unicodedata.normalize("NFD", letter)[1:] if unicodedata.category(m) == "Mn"}
+    return "".join(sorted(marks))
+
+
+def uncounted_chars(spaced: bool, markup: bool) -> str:
+    """Symbols a stream's threads read without counting them as characters of a form (module docstring):
+    combining marks, and the stretch and joint marks of a spaced view, and emphasis markers with markup."""
+    chars = combining_marks()
+    if spaced:
+        chars += STRETCH_MARK + STRETCH_MARK_3 + JOINT_MARK
+    if markup:
+        chars += "".join(sorted(EMPHASIS_CHARS))
+    return chars
+
+
+def form_symbols(form: str, spaced: bool) -> list[str]:
+    """The symbols a view emits for ``form`` written plainly: in a spaced view the second of two equal letters,
+    digits or stretchable symbols is the stretch mark (``4ss`` → ``4``, ``s``, ``M``; ``a$$`` → ``a``, ``$``,
+    ``M``: ``view.STRETCHABLE_SYMBOLS``)."""
+    symbols: list[str] = []
+    run = 0
+    for i, c in enumerate(form):
+        run = run + 1 if spaced and i and form[i - 1] == c and (c.isalnum() or c in STRETCHABLE_SYMBOLS) else 1
+        if run <= 3:
+            symbols.append((c, STRETCH_MARK, STRETCH_MARK_3)[run - 1])
+    return symbols
+
+
 class ObfuscationNfa(Nfa):
     """The union NFA of obfuscated terms (the same attributes and closure as :class:`Nfa`).
 
     Args:
         terms: per local term id, the term.
         spaced: the stream's view joins spaced runs and reads stretched letters.
+        markup: the stream reads markup (emphasis markers inside a term are skipped).
+
+    Attributes:
+        uncounted: the characters threads read without counting them (:func:`uncounted_chars`).
     """
 
-    def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool):  # noqa: D107 - Nfa's attributes
+    def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool, markup: bool = False):  # noqa: D107
         self._start_empty()
-        #: The stretch mark moves threads without counting as a character (``RegexAutomaton``).
-        self.uncounted = _charset(STRETCH_MARK + STRETCH_MARK_3) if spaced else None
+        self.uncounted = _charset(uncounted_chars(spaced, markup))
+        views = [view_of_term(t.normalized) for t in terms]
+        runs = censor_runs(views)
+        others = frozenset(views)
         with gc_paused():
             for term_id, term in enumerate(terms):
-                self.starts.append(self._term(term_id, term, spaced))
+                masked = term.level.level >= ObfuscationLevel.MASKED
+                self.starts.append(self._term(term_id, term, views[term_id], spaced, markup,
+                                              runs[term_id] if masked else (), others))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The NFA as flat ``int32`` arrays (what the artefact codec stores: rebuilding the NFA of a list from
@@ -160,7 +218,7 @@ class ObfuscationNfa(Nfa):
             "moves": np.asarray(moves, dtype=np.int32).reshape(-1, 2),
             "charset_offsets": np.cumsum([0] + [len(c.ranges) for c in self.charsets], dtype=np.int32),
             "ranges": np.asarray(ranges, dtype=np.int32).reshape(-1, 2),
-            "spaced": np.asarray([self.uncounted is not None], dtype=np.int32),
+            "uncounted": np.asarray(self.uncounted.ranges, dtype=np.int32).reshape(-1, 2),
         }
 
     @classmethod
@@ -175,7 +233,8 @@ class ObfuscationNfa(Nfa):
         if not (len(arrays["target"]) == len(arrays["accepts"]) == len(arrays["move_offsets"]) - 1 == states
                 and _within(arrays["consumes"], -1, sets) and _within(arrays["target"], -1, states)
                 and _within(arrays["starts"], 0, states) and _within(moves[:, 1], 0, states)
-                and _within(arrays["move_offsets"], 0, len(moves) + 1)):
+                and _within(arrays["move_offsets"], 0, len(moves) + 1)
+                and _within(arrays["uncounted"], 0, 0x110000)):
             raise ValueError("obfuscation NFA arrays out of range")
         nfa = cls.__new__(cls)
         nfa.consumes = _ints(arrays["consumes"])
@@ -189,7 +248,7 @@ class ObfuscationNfa(Nfa):
         nfa.charsets = [CharSet(tuple(ranges[bounds[i]:bounds[i + 1]])) for i in range(sets)]
         nfa._charset_ids = {charset: i for i, charset in enumerate(nfa.charsets)}
         nfa._closures = {}
-        nfa.uncounted = _charset(STRETCH_MARK + STRETCH_MARK_3) if arrays["spaced"][0] else None
+        nfa.uncounted = CharSet(tuple(tuple(r) for r in arrays["uncounted"].tolist()))
         return nfa
 
     def _reader(self, source: int, charset: CharSet, target: int) -> None:
@@ -200,28 +259,52 @@ class ObfuscationNfa(Nfa):
         self.consumes[reader] = charset_id
         self.target[reader] = target
 
-    def _term(self, term_id: int, term: ObfuscatedTerm, spaced: bool) -> int:
+    def _chain(self, source: int, symbols: Sequence[str | CharSet], target: int) -> None:
+        """Read ``symbols`` (a character or a class each) from ``source`` into ``target``."""
+        for i, symbol in enumerate(symbols):
+            nxt = target if i == len(symbols) - 1 else self._new()
+            self._reader(source, symbol if isinstance(symbol, CharSet) else _charset(symbol), nxt)
+            source = nxt
+
+    def _term(self, term_id: int, term: ObfuscatedTerm, text: str, spaced: bool, markup: bool,
+              censored_runs: Sequence[tuple[int, int]], others: frozenset[str]) -> int:
         tables = data()
         level = term.level.level
-        runs = term_runs(view_of_term(term.normalized), spaced)
+        runs = term_runs(text, spaced)
         letters = sum(c.isalpha() for c, _ in runs)
         censor_ok = level >= ObfuscationLevel.MASKED and letters >= MIN_CENSOR_LETTERS
-        censor = _charset("".join(CENSOR_CHARS))
+        censor = _charset("".join(sorted(CENSOR_CHARS)))
         mark, mark_3 = _charset(STRETCH_MARK), _charset(STRETCH_MARK_3)
+        marks = _charset(combining_marks())
+        # Read through between two letters: combining marks, a spaced view's joint, emphasis markers with markup
+        # (``*`` and ``~`` as many as written; ``_`` in pairs, as CommonMark reads no single ``_`` inside a word).
+        between = _charset(combining_marks() + (JOINT_MARK if spaced else "")
+                           + ("".join(sorted(EMPHASIS_CHARS - {"_"})) if markup else ""))
+        underscore = _charset("_") if markup else None
+        # Run index -> index of its first character in ``text`` (doubling is decided per character).
+        starts = [sum(r for _, r in runs[:i]) for i in range(len(runs))]
+        doubled = doubling_positions(text, term.match) if spaced else frozenset()
         start = self._new()
         first = self._move(start, AFTER_NONWORD)
+        end = self._new()
         # layer[(real, censored)] = the node before the current position
         layer: dict[tuple[int, int], int] = {(0, 0): first}
         n = len(runs)
         for i, (c, run) in enumerate(runs):
             real = c + (tables.diacritics.get(c, "") if c.isascii() else "")
-            leet = tables.leet.get(c, "") if level >= ObfuscationLevel.LEET and c.isascii() else ""
+            leet = (tables.leet.get(c, "") + tables.symbols.get(c, "")
+                    if level >= ObfuscationLevel.LEET and c.isascii() else "")
             inner = 0 < i < n - 1 and c.isalpha() and run == 1
             nxt: dict[tuple[int, int], int] = {}
-            # A single letter may be stretched to three or more ("fuMNck"); a doubled one too ("asMN").
+            # A single letter may be stretched to three or more ("fuMNck"), or doubled where allowed; a doubled
+            # one stretched too ("asMN").
             stretchable = spaced and c.isalnum()
+            may_double = run == 1 and starts[i] in doubled
+            decomposed = unicodedata.normalize("NFD", c) if not c.isascii() else c
+            last = i == n - 1
 
-            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable, single=run == 1) -> int:
+            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable, single=run == 1,
+                     may_double=may_double, last=last, underscore=underscore) -> int:
                 found = nxt.get(key)
                 if found is None:
                     found = nxt[key] = self._new()
@@ -229,8 +312,16 @@ class ObfuscationNfa(Nfa):
                         middle = self._new()
                         self._reader(found, mark, middle)
                         self._reader(middle, mark_3, found)
+                        if may_double:
+                            self.moves[middle].append((ALWAYS, found))
                     elif stretchable:
                         self._reader(found, mark_3, found)
+                    # what may stand after this position and before the next (after the last: its marks)
+                    self._reader(found, marks if last else between, found)
+                    if underscore is not None and not last:
+                        pair = self._new()
+                        self._reader(found, underscore, pair)
+                        self._reader(pair, underscore, found)
                 return found
 
             for (real_count, censored), here in layer.items():
@@ -245,13 +336,64 @@ class ObfuscationNfa(Nfa):
                         middle = self._new()
                         self._reader(here, charset, middle)
                         self._reader(middle, mark, node(key))
+                if len(decomposed) > 1:  # an accented term letter written decomposed: base, then its marks
+                    self._chain(here, list(decomposed), node(bumped))
                 if censor_ok and inner and not censored:
                     self._reader(here, censor, node((real_count, 1)))
             layer = nxt
-        end = self._new()
         for (real_count, _), here in layer.items():
             if real_count >= MIN_REAL_LETTERS:
                 self.moves[here].append((ALWAYS, end))
+        if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
+            for form in one_real_letter_forms(text, term.match):
+                self._chain(first, form_symbols(form, spaced), end)
+        if level >= ObfuscationLevel.MASKED:
+            self._edited(first, end, text, spaced, censor, censored_runs, edits(text, term.match, others))
         accept = self._move(end, BEFORE_NONWORD) if term.match is MatchMode.WORD else end
         self.accepts[accept] = term_id
         return start
+
+    def _edited(self, first: int, end: int, text: str, spaced: bool, censor: CharSet,
+                censored_runs: Sequence[tuple[int, int]], edited: Sequence[tuple[str, int]]) -> None:
+        """The forms with one edit of the plain term: a run of censor characters, a dropped or a swapped
+        letter. Two plain chains share the work: ``plain[k]`` has read ``k`` characters of the term and no
+        edit yet, ``after[k]`` the same with the edit made; each edit leads from the first to the second. In
+        a spaced view the symbol of a letter depends on the one before it (``M`` for a double), so an edit is
+        built only where it leaves the next symbol unchanged."""
+        if not (censored_runs or edited):
+            return
+        symbols = form_symbols(text, spaced)
+        n = len(text)
+        if len(symbols) != n:  # a run of four or more of one letter: left to the layered path
+            return
+        plain = [first] + [self._new() for _ in range(n)]
+        after = [self._new() for _ in range(n + 1)]
+        for k in range(n):
+            self._reader(plain[k], _charset(symbols[k]), plain[k + 1])
+            self._reader(after[k], _charset(symbols[k]), after[k + 1])
+        self.moves[after[n]].append((ALWAYS, end))
+
+        def doubles(i: int, before: str) -> bool:  # does text[i] read as a stretch mark after ``before``?
+            return spaced and text[i] == before
+
+        for start, length in censored_runs:
+            resume = start + length
+            if resume < n and doubles(resume, text[resume - 1]):
+                continue
+            source = plain[start]
+            for m in range(1, length + 1):
+                target = after[resume] if m == length else self._new()
+                self._reader(source, censor, target)
+                source = target
+        for kind, i in edited:
+            if kind == "drop":
+                if i + 1 < n and doubles(i + 1, text[i]) != doubles(i + 1, text[i - 1]):
+                    continue
+                self.moves[plain[i]].append((ALWAYS, after[i + 1]))
+            else:
+                if i + 2 < n and doubles(i + 2, text[i + 1]) != doubles(i + 2, text[i]):
+                    continue
+                swapped = [text[i + 1], text[i]]
+                second = STRETCH_MARK if spaced and swapped[1] == swapped[0] else swapped[1]
+                first_symbol = STRETCH_MARK if doubles(i + 1, text[i - 1]) else swapped[0]
+                self._chain(plain[i], [first_symbol, second], after[i + 2])

@@ -1,0 +1,134 @@
+"""Which of the rule-made forms a term gets: the decisions that depend on data, apart from the automaton.
+
+The NFA (:mod:`guardrail.matching.obfuscation.nfa`) reads the forms every term of a level gets through
+character classes (leet, look-alike letters, one censor character, separators, stretched letters). The
+rules here add forms that would, for some terms, spell something else, so each is checked before it is
+added:
+
+- **doubled letter** (``spaced``): a letter the term has once written twice (``suuck``, ``biitch``,
+  ``bastarrd``) — unless the doubled spelling is a real word (``annal`` for ``anal``, ``rapping`` for
+  ``raping``; for a ``prefix`` term, unless a real word begins with it);
+- **one real letter** (``leet``): a three-letter term with two of its letters in leetspeak (``4ss``, ``a$$``)
+  — unless the form has two digits or more (a number or a model number: ``45s``, ``A55``, ``B52``) or is a
+  real word;
+- **two or more censor characters** (``masked``): a run of censor characters for two or more letters, not the
+  first (``f**k``, ``sh**t``, ``b***h``, ``f***``), where exactly one term of the stream fits the visible
+  letters and the length; a run that reaches the end must cover three letters or more (``a**`` is also the
+  end of markdown bold, ``**plan a**``);
+- **one edit** (``masked``): one inner letter dropped or two inner neighbours swapped in a term of
+  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``) — unless the result is a real word
+  (``bestiality`` for ``beastiality``) or another term of the stream.
+
+"Real word" is :func:`~guardrail.matching.obfuscation.lexicon.lexicon` (a dictionary plus the most frequent
+words of the bundled lists' languages; ``scripts/gen_lexicon.py``), so the exceptions come from data.
+Measured cost and what each rule leaves: docs/matching.md, "What people type".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from guardrail.matching.obfuscation import CENSOR_CHARS, data
+from guardrail.matching.obfuscation.lexicon import lexicon
+from guardrail.wordlists.wordlist import MatchMode
+
+#: Terms with at least this many letters get one-edit forms: shorter ones have too many real-word
+#: neighbours (``rape`` → ``rap``, ``tape``…) for a dictionary to sort them out.
+MIN_EDIT_LETTERS = 7
+#: A censor run that ends the form covers at least this many letters (``f***``, not ``a**``).
+MIN_END_CENSOR_RUN = 3
+
+
+def is_real_word(form: str, match: MatchMode) -> bool:
+    """Whether ``form`` (lower-case letters) is a word of the lexicon, or, for a ``prefix`` term, begins one."""
+    words = lexicon()
+    return words.begins_a_word(form) if match is MatchMode.PREFIX else form in words
+
+
+def doubling_positions(term: str, match: MatchMode) -> frozenset[int]:
+    """Indices of the letters of ``term`` (normalised, homoglyph-folded) that may be written twice.
+
+    Only a letter the term has once (not beside the same letter) qualifies, and only where the doubled
+    spelling is not a real word (:func:`is_real_word`).
+    """
+    allowed = set()
+    for i, c in enumerate(term):
+        if not c.isalpha() or (i and term[i - 1] == c) or (i + 1 < len(term) and term[i + 1] == c):
+            continue
+        if not is_real_word(term[:i + 1] + term[i:], match):
+            allowed.add(i)
+    return frozenset(allowed)
+
+
+def one_real_letter_forms(term: str, match: MatchMode) -> tuple[str, ...]:
+    """Leet forms of a three-letter ``term`` that keep one real letter or one run of it (``a$$``, ``4ss``,
+    ``@ss``: the doubled ``s`` is one letter stretched), minus forms with two digits or more (they read as a
+    number or a model number: ``45s``, ``a55``) and real words; ``()`` for other terms. (Forms with two real
+    letters are the level's own: the NFA reads them through its leet classes.)"""
+    if len(term) != 3 or not term.isalpha() or not term.isascii():
+        return ()
+    leet = data().leet
+    forms: set[str] = {""}
+    for c in term:
+        forms = {f + x for f in forms for x in c + leet.get(c, "")}
+    kept = []
+    for form in sorted(forms):
+        real = [i for i, c in enumerate(form) if c == term[i]]
+        runs = sum(1 for i in real if not (i and i - 1 in real and term[i - 1] == term[i]))
+        numeric = sum(c.isdigit() for c in form) >= 2  # reads as a number or a model number: 45s, a55, S8
+        if real and runs < 2 and not numeric and not is_real_word(form, match):
+            kept.append(form)
+    return tuple(kept)
+
+
+def censor_runs(terms: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
+    """Per term, the ``(start, length)`` runs of two or more censor characters it may be written with: the
+    first letter kept, ``length`` letters from ``start`` hidden, and no other term of ``terms`` of the same
+    length with the same visible letters (counting each distinct term once)."""
+    distinct = sorted(set(terms))
+    signatures: Counter[tuple[str, int, int]] = Counter()
+
+    def runs_of(term: str) -> list[tuple[int, int]]:
+        n = len(term)
+        if n < 3 or not term.isalpha():
+            return []
+        return [(start, length) for start in range(1, n) for length in range(2, n - start + 1)
+                if start + length < n or length >= MIN_END_CENSOR_RUN]
+
+    def signature(term: str, start: int, length: int) -> tuple[str, int, int]:
+        return (term[:start] + "\0" + term[start + length:], start, length)
+
+    for term in distinct:
+        for start, length in runs_of(term):
+            signatures[signature(term, start, length)] += 1
+    return [tuple((s, k) for s, k in runs_of(term) if signatures[signature(term, s, k)] == 1) for term in terms]
+
+
+def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[tuple[str, int], ...]:
+    """One-edit forms of a long ``term`` as ``(kind, i)``: ``("drop", i)`` drops letter ``i``, ``("swap", i)``
+    swaps letters ``i`` and ``i + 1``; inner letters only (the first and the last stay, as readers rely on
+    them), minus forms that are real words or one of the stream's other terms (``others``); ``()`` for terms
+    under :data:`MIN_EDIT_LETTERS` letters."""
+    if len(term) < MIN_EDIT_LETTERS or not term.isalpha():
+        return ()
+    found: dict[str, tuple[str, int]] = {}
+    for i in range(1, len(term) - 1):
+        found.setdefault(term[:i] + term[i + 1:], ("drop", i))
+    for i in range(1, len(term) - 2):
+        found.setdefault(term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i))
+    found.pop(term, None)
+    return tuple(edit for form, edit in sorted(found.items()) if form not in others and not is_real_word(form, match))
+
+
+def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The strings of :func:`edits` (for reports and tests)."""
+    out = []
+    for kind, i in edits(term, match, others):
+        out.append(term[:i] + term[i + 1:] if kind == "drop" else term[:i] + term[i + 1] + term[i] + term[i + 2:])
+    return tuple(out)
+
+
+def censor_class() -> str:
+    """The censor characters, sorted (one place for the NFA's class)."""
+    return "".join(sorted(CENSOR_CHARS))

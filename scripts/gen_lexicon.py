@@ -1,0 +1,93 @@
+"""Regenerate ``guardrail/matching/data/lexicon.marisa``: the real words the obfuscation rules must not read as
+terms (docs/matching.md, "What people type").
+
+Some obfuscation rules would turn a real word into a term: a doubled letter (``annal`` for ``anal``,
+``rapping`` for ``raping``), a dropped or swapped letter of a long term (``singer`` for ``swinger``,
+``bestiality`` for ``beastiality``), one real letter kept in a short term (a model number like ``a55``). The
+compiler asks this lexicon before it adds such a form to a term's automaton
+(``guardrail/matching/obfuscation/forms.py``), so the exceptions come from data, not from a hand list.
+
+Sources (every word lower-cased, NFKC + casefold like the matcher's text, letters only, 2 to 40 characters):
+
+- the English dictionary the obfuscation benchmark uses (``bench/obfuscation.py: dictionary_words``):
+  ``english-words``' ``web2`` and ``gcide`` sets, lemminflect's lexicon and the inflections of every entry;
+- ``wordfreq``'s :data:`TOP_N` most frequent words of each language it covers among the bundled word lists'
+  languages (:data:`LANGUAGES`), so that a list in another language gets its own real words as exceptions.
+
+What is left out on purpose (``bench/obfuscation.py`` measures false positives on it as held-out data):
+wordfreq's ranks beyond :data:`TOP_N`, and every word with a digit or a symbol.
+
+The output is a ``marisa_trie.Trie`` (memory-mapped at run time: a few MB of disk, nearly no memory); it is
+deterministic for given package versions, and :data:`LEXICON_SOURCE` (written next to it as
+``lexicon.json``) records them.
+
+Usage: python scripts/gen_lexicon.py [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+import unicodedata
+from pathlib import Path
+
+import marisa_trie
+import wordfreq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from obfuscation import dictionary_words  # noqa: E402
+
+OUTPUT = ROOT / "guardrail" / "matching" / "data" / "lexicon.marisa"
+MANIFEST = OUTPUT.with_suffix(".json")
+#: wordfreq's languages among the bundled lists' (``wordlists/*.txt``: eo, kab and tlh have no wordfreq data;
+#: ``no`` is wordfreq's ``nb``).
+LANGUAGES = ("ar", "cs", "da", "de", "en", "es", "fa", "fi", "fil", "fr", "hi", "hu", "it", "ja", "ko", "nb", "nl",
+             "pl", "pt", "ru", "sv", "tr", "zh")
+#: Most frequent words taken per language: below this rank wordfreq's lists hold the misspellings people
+#: write (``fuckin``, ``shiit``), which are forms to catch, not words to spare.
+TOP_N = 30_000
+
+
+def fold(word: str) -> str:
+    return unicodedata.normalize("NFKC", word).casefold()
+
+
+def words() -> list[str]:
+    found = {fold(w) for w in dictionary_words()}
+    for language in LANGUAGES:
+        found.update(fold(w) for w in wordfreq.top_n_list(language, TOP_N))
+    return sorted(w for w in found if 2 <= len(w) <= 40 and w.isalpha())
+
+
+def manifest(count: int) -> dict:
+    versions = {name: importlib.metadata.version(name)
+                for name in ("english-words", "lemminflect", "wordfreq", "marisa-trie")}
+    return {"words": count, "top_n": TOP_N, "languages": list(LANGUAGES), "versions": versions,
+            "source": "english-words web2+gcide, lemminflect lexicon and inflections, wordfreq top_n_list per "
+                      "language; letters only, NFKC + casefold (scripts/gen_lexicon.py)"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in lexicon differs")
+    args = parser.parse_args()
+    found = words()
+    trie = marisa_trie.Trie(found)
+    if args.check:
+        current = marisa_trie.Trie()
+        current.mmap(str(OUTPUT))
+        if sorted(current.keys()) != found:
+            print("lexicon.marisa is out of date: rerun scripts/gen_lexicon.py", file=sys.stderr)
+            return 1
+        return 0
+    trie.save(str(OUTPUT))
+    MANIFEST.write_text(json.dumps(manifest(len(found)), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{len(found)} words, {OUTPUT.stat().st_size} bytes -> {OUTPUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
