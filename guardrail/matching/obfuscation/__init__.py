@@ -80,16 +80,19 @@ EMPHASIS_CHARS = frozenset("*~_")
 STRETCH_MARK, STRETCH_MARK_3 = "M", "N"
 
 #: What a spaced view emits between a one-letter word and the rest of a spaced run it begins or ends
-#: (``a f u c k`` reads ``a`` + mark + ``fuck``; ``a s s`` reads ``a`` + mark + ``sM``): a non-word symbol that
-#: normalised text never holds (whitespace is one space there), so a term may begin or end at it, and a term
-#: may also read through it (it moves threads without counting as a character, like the stretch marks).
-JOINT_MARK = "\x1f"
+#: (``a f u c k`` reads ``a`` + mark + ``fuck``; ``a s s`` reads ``a`` + mark + ``sM``): a word character that
+#: case-folded text never holds, read without counting as a character (like the stretch marks). Inside a term
+#: it is read through (``a s s`` is still ``ass``); a term begins after ``a`` + mark, or ends before mark +
+#: ``a``, only where that letter and the term do not spell a real word together (``a m o n g`` is not
+#: ``a`` + ``mong``: ``forms.joined_letters``).
+JOINT_MARK = "J"
 
-#: Letters that are words on their own in running text: English "a" and "I" and the chat spelling "u"
-#: ("you"). A spaced run beginning or ending with one of them may be that word beside a spaced form
-#: (``I f u c k``, ``s h i t a lot``). Kept short on purpose: with ``e``, ``s`` or ``y`` here a spaced
-#: ``s p i c e``, ``p a s s`` or ``c o c k y`` would read as a term (bench/obfuscation.py, spaced words).
-ONE_LETTER_WORDS = frozenset("aiu")
+#: Characters that may stand alone beside a spaced form as a word of their own: any ASCII letter or digit
+#: ("a f u c k", "I s h i t", "u f u c k", "x f u c k", "2 f u c k"). The spaced view cannot tell such a word
+#: from the first or last letter of the run, so it marks the joint (``JOINT_MARK``) and the term side decides:
+#: a term takes the letter beside it only where the two do not spell a real word (``forms.joined_letters``:
+#: ``p a s s`` is not ``p`` + ``ass``, ``g r a p e`` not ``g`` + ``rape``, ``a m o n g`` not ``a`` + ``mong``).
+ONE_LETTER_WORDS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 DATA_PATH = Path(__file__).parent.parent / "data" / "obfuscation.json"
 

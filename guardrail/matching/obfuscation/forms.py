@@ -15,6 +15,8 @@ added:
   first (``f**k``, ``sh**t``, ``b***h``, ``f***``), where exactly one term of the stream fits the visible
   letters and the length; a run that reaches the end must cover three letters or more (``a**`` is also the
   end of markdown bold, ``**plan a**``);
+- **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
+  letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
 - **one edit** (``masked``): one inner letter dropped or two inner neighbours swapped in a term of
   :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``) — unless the result is a real word
   (``bestiality`` for ``beastiality``) or another term of the stream.
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from guardrail.matching.obfuscation import CENSOR_CHARS, data
+from guardrail.matching.obfuscation import CENSOR_CHARS, ONE_LETTER_WORDS, data
 from guardrail.matching.obfuscation.lexicon import lexicon
 from guardrail.wordlists.wordlist import MatchMode
 
@@ -127,6 +129,19 @@ def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()
     for kind, i in edits(term, match, others):
         out.append(term[:i] + term[i + 1:] if kind == "drop" else term[:i] + term[i + 1] + term[i] + term[i + 2:])
     return tuple(out)
+
+
+def joined_letters(term: str, match: MatchMode) -> tuple[str, str]:
+    """The single letters or digits a spaced run may hold before ``term`` (``a f u c k``) and after it
+    (``s h i t a``): those that do not spell a real word with the term, also with one of its doubled letters
+    (``a`` + ``mong`` is ``among``, ``e`` + ``ssex`` is ``essex``; for a ``prefix`` term only the left side
+    matters, and a real word must not begin with the letter and the term)."""
+    spellings = [term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
+    before = "".join(x for x in sorted(ONE_LETTER_WORDS)
+                     if not any(is_real_word(x + v, match) for v in spellings))
+    after = "".join(x for x in sorted(ONE_LETTER_WORDS)
+                    if match is MatchMode.WORD and not any(v + x in lexicon() for v in spellings))
+    return before, after
 
 
 def censor_class() -> str:

@@ -61,7 +61,13 @@ from guardrail.matching.obfuscation import (
     data,
     fold_homoglyph,
 )
-from guardrail.matching.obfuscation.forms import censor_runs, doubling_positions, edits, one_real_letter_forms
+from guardrail.matching.obfuscation.forms import (
+    censor_runs,
+    doubling_positions,
+    edits,
+    joined_letters,
+    one_real_letter_forms,
+)
 from guardrail.matching.obfuscation.view import STRETCHABLE_SYMBOLS
 from guardrail.matching.regex.nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
 from guardrail.wordlists.wordlist import MatchMode
@@ -351,6 +357,14 @@ class ObfuscationNfa(Nfa):
             self._edited(first, end, text, spaced, censor, censored_runs, edits(text, term.match, others))
         accept = self._move(end, BEFORE_NONWORD) if term.match is MatchMode.WORD else end
         self.accepts[accept] = term_id
+        if spaced:  # a one-letter word and the joint mark before the form, or after it (``JOINT_MARK``)
+            before, after = joined_letters(text, term.match)
+            if before:
+                self._chain(self._move(start, AFTER_NONWORD), [_charset(before), _charset(JOINT_MARK)], first)
+            if after and term.match is MatchMode.WORD:
+                joined = self._new()
+                self._chain(end, [_charset(JOINT_MARK), _charset(after)], joined)
+                self.moves[joined].append((BEFORE_NONWORD, accept))
         return start
 
     def _edited(self, first: int, end: int, text: str, spaced: bool, censor: CharSet,
