@@ -114,13 +114,14 @@ def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> 
     under :data:`MIN_EDIT_LETTERS` letters."""
     if len(term) < MIN_EDIT_LETTERS or not term.isalpha():
         return ()
-    found: dict[str, tuple[str, int]] = {}
+    found: list[tuple[str, tuple[str, int]]] = []
     for i in range(1, len(term) - 1):
-        found.setdefault(term[:i] + term[i + 1:], ("drop", i))
+        found.append((term[:i] + term[i + 1:], ("drop", i)))
     for i in range(1, len(term) - 2):
-        found.setdefault(term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i))
-    found.pop(term, None)
-    return tuple(edit for form, edit in sorted(found.items()) if form not in others and not is_real_word(form, match))
+        found.append((term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i)))
+    # Every edit that spells an allowed form (dropping either letter of a double gives one form; the NFA of a
+    # spaced view can build only one of them).
+    return tuple(edit for form, edit in found if form != term and form not in others and not is_real_word(form, match))
 
 
 def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[str, ...]:
@@ -128,7 +129,7 @@ def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()
     out = []
     for kind, i in edits(term, match, others):
         out.append(term[:i] + term[i + 1:] if kind == "drop" else term[:i] + term[i + 1] + term[i] + term[i + 2:])
-    return tuple(out)
+    return tuple(dict.fromkeys(out))
 
 
 def joined_letters(term: str, match: MatchMode) -> tuple[str, str]:

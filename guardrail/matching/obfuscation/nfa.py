@@ -392,11 +392,13 @@ class ObfuscationNfa(Nfa):
 
         for start, length in censored_runs:
             resume = start + length
-            if resume < n and doubles(resume, text[resume - 1]):
-                continue
             source = plain[start]
             for m in range(1, length + 1):
                 target = after[resume] if m == length else self._new()
+                if m == length and resume < n and doubles(resume, text[resume - 1]):
+                    # after the run the letter is no stretch mark ("p**sy"): read it as itself
+                    target = self._new()
+                    self._reader(target, _charset(text[resume]), after[resume + 1])
                 self._reader(source, censor, target)
                 source = target
         for kind, i in edited:
