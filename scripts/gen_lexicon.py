@@ -17,9 +17,12 @@ Sources (every word lower-cased, NFKC + casefold like the matcher's text, letter
 What is left out on purpose (``bench/obfuscation.py`` measures false positives on it as held-out data):
 wordfreq's ranks beyond :data:`TOP_N`, and every word with a digit or a symbol.
 
-The output is a ``marisa_trie.Trie`` (memory-mapped at run time: a few MB of disk, nearly no memory); it is
-deterministic for given package versions, and :data:`LEXICON_SOURCE` (written next to it as
-``lexicon.json``) records them.
+Each word carries one byte of flags: :data:`DICTIONARY` (from the dictionary) and :data:`COMMON` (among the
+most frequent words of a language): a rule that only matters for what people write (a letter beside a spaced
+form: ``a c o c k`` is "a cock", though the dictionary has the archaic ``acock``) asks for common words.
+
+The output is a ``marisa_trie.BytesTrie`` (memory-mapped at run time: a few MB of disk, nearly no memory); it
+is deterministic for given package versions, and ``lexicon.json`` next to it records them.
 
 Usage: python scripts/gen_lexicon.py [--check]
 """
@@ -55,11 +58,18 @@ def fold(word: str) -> str:
     return unicodedata.normalize("NFKC", word).casefold()
 
 
-def words() -> list[str]:
-    found = {fold(w) for w in dictionary_words()}
+#: Flag bits of a word.
+DICTIONARY, COMMON = 1, 2
+
+
+def words() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for w in dictionary_words():
+        found[fold(w)] = found.get(fold(w), 0) | DICTIONARY
     for language in LANGUAGES:
-        found.update(fold(w) for w in wordfreq.top_n_list(language, TOP_N))
-    return sorted(w for w in found if 2 <= len(w) <= 40 and w.isalpha())
+        for w in wordfreq.top_n_list(language, TOP_N):
+            found[fold(w)] = found.get(fold(w), 0) | COMMON
+    return {w: flags for w, flags in sorted(found.items()) if 2 <= len(w) <= 40 and w.isalpha()}
 
 
 def manifest(count: int) -> dict:
@@ -75,11 +85,11 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in lexicon differs")
     args = parser.parse_args()
     found = words()
-    trie = marisa_trie.Trie(found)
+    trie = marisa_trie.BytesTrie((word, bytes([flags])) for word, flags in found.items())
     if args.check:
-        current = marisa_trie.Trie()
+        current = marisa_trie.BytesTrie()
         current.mmap(str(OUTPUT))
-        if sorted(current.keys()) != found:
+        if dict((k, v[0]) for k, v in current.items()) != found:
             print("lexicon.marisa is out of date: rerun scripts/gen_lexicon.py", file=sys.stderr)
             return 1
         return 0

@@ -42,10 +42,13 @@ MIN_EDIT_LETTERS = 7
 MIN_END_CENSOR_RUN = 3
 
 
-def is_real_word(form: str, match: MatchMode) -> bool:
-    """Whether ``form`` (lower-case letters) is a word of the lexicon, or, for a ``prefix`` term, begins one."""
+def is_real_word(form: str, match: MatchMode, common: bool = False) -> bool:
+    """Whether ``form`` (lower-case letters) is a word of the lexicon, or, for a ``prefix`` term, begins one;
+    with ``common``, only the lexicon's common words count (what people write)."""
     words = lexicon()
-    return words.begins_a_word(form) if match is MatchMode.PREFIX else form in words
+    if match is MatchMode.PREFIX:
+        return words.begins_a_word(form, common)
+    return words.is_common(form) if common else form in words
 
 
 def doubling_positions(term: str, match: MatchMode) -> frozenset[int]:
@@ -134,14 +137,15 @@ def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()
 
 def joined_letters(term: str, match: MatchMode) -> tuple[str, str]:
     """The single letters or digits a spaced run may hold before ``term`` (``a f u c k``) and after it
-    (``s h i t a``): those that do not spell a real word with the term, also with one of its doubled letters
-    (``a`` + ``mong`` is ``among``, ``e`` + ``ssex`` is ``essex``; for a ``prefix`` term only the left side
-    matters, and a real word must not begin with the letter and the term)."""
+    (``s h i t a``): those that do not spell a common word with the term, also with one of its doubled letters
+    (``a`` + ``mong`` is ``among``, ``e`` + ``ssex`` is ``essex``; common words: a spaced ``a c o c k`` is "a
+    cock", though a dictionary has the archaic ``acock``). For a ``prefix`` term only the left side matters,
+    and a common word must not begin with the letter and the term."""
     spellings = [term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
     before = "".join(x for x in sorted(ONE_LETTER_WORDS)
-                     if not any(is_real_word(x + v, match) for v in spellings))
-    after = "".join(x for x in sorted(ONE_LETTER_WORDS)
-                    if match is MatchMode.WORD and not any(v + x in lexicon() for v in spellings))
+                     if not any(is_real_word(x + v, match, common=True) for v in spellings))
+    after = "".join(x for x in sorted(ONE_LETTER_WORDS) if match is MatchMode.WORD
+                    and not any(is_real_word(v + x, MatchMode.WORD, common=True) for v in spellings))
     return before, after
 
 

@@ -7,9 +7,10 @@ state is hashable (the artefact memoises token transitions on it):
 
 1. **homoglyphs**: a look-alike letter becomes its prototype (``obfuscation.fold_homoglyph``);
 2. **markup** (``+markup``): HTML tags are dropped (``<`` followed by a letter, ``/`` or ``!``, up to ``>``
-   or :data:`MAX_TAG_CHARS`) and character references decoded (``&#105;``, ``&#x69;``, ``&amp;``). Markdown
-   emphasis inside a word (``f**u**ck``) is read on the term side (the NFA skips its markers), so that
-   ``f**k`` stays visible to the censor rules;
+   or :data:`MAX_TAG_CHARS`), character references decoded (``&#105;``, ``&#x69;``, ``&amp;``), and a run of
+   ``_`` at a word's edge dropped (markdown emphasis, ``_fuck_``: ``_`` is a word character and would join
+   the word). Markdown emphasis inside a word (``f**u**ck``) is read on the term side (the NFA skips its
+   markers), so that ``f**k`` stays visible to the censor rules;
 3. **spaced runs** (``spaced`` and above): a maximal run of two or more single letters with the same
    separator between each two is joined (``f u c k`` → ``fuck``, ``t i t l e`` → ``title``). A single
    letter is a letter or digit with no letter or digit on either side, and not glued to a word by a symbol
@@ -44,7 +45,7 @@ import functools
 import html
 from typing import NamedTuple
 
-from guardrail.matching.normalize import fold_char
+from guardrail.matching.normalize import fold_char, is_word_char
 from guardrail.matching.obfuscation import (
     CENSOR_CHARS,
     JOINT_MARK,
@@ -67,12 +68,16 @@ STRETCHABLE_SYMBOLS = frozenset("$@!|+(<")
 #: A character with the index of the source character it comes from (``-1`` on a token stream).
 Item = tuple[str, int]
 
-# Markup stage kinds.
-_TEXT, _LT, _TAG, _AMP = range(4)
+# Markup stage kinds: text, a "<" that may open a tag, inside a tag, a character reference, and a run of "_"
+# at a word's edge that may be markdown emphasis (``_fuck_``: "_" is a word character, so it must go).
+_TEXT, _LT, _TAG, _AMP, _US = range(5)
+#: Longest run of ``_`` read as an emphasis delimiter (``___x___`` is bold italic).
+MAX_UNDERSCORES = 3
 # Spaced stage phases: after a non-letter (or the start), after a single-letter candidate, inside a word, a
-# separator buffered after a single letter, a separator and a letter buffered, and a separator, a letter and a
-# different separator buffered (is that letter the run's last, or the first of a word written with symbols?).
-_N0, _N1, _W, _S1, _S2, _S3 = range(6)
+# separator buffered after a single letter, a separator and a letter buffered, a separator, a letter and a
+# different separator buffered (is that letter the run's last, or the first of a word written with symbols?),
+# and after symbols that stand for letters right after a word ("wh**"): a letter there continues that word.
+_N0, _N1, _W, _S1, _S2, _S3, _G = range(7)
 
 
 class ViewState(NamedTuple):
@@ -80,7 +85,8 @@ class ViewState(NamedTuple):
 
     Attributes:
         markup: ``(kind, data, start)`` of the markup stage (``data``: buffered items or a count; ``start``: the
-            source index of the ``<`` or ``&`` that opened it).
+            source index of the ``<`` or ``&`` that opened it; for text and a run of ``_``, whether the character
+            before was a word character).
         spaced: ``(phase, items, first_olw, held)`` of the spaced-run stage (``View._spaced``).
         stretch: ``(last character, its run so far, at most 3)`` of the stretch stage.
     """
@@ -90,7 +96,8 @@ class ViewState(NamedTuple):
     stretch: tuple
 
 
-START = ViewState((_TEXT, (), -1), (_N0, (), False, ()), ("", 0))
+START = ViewState((_TEXT, (), False), (_N0, (), False, ()), ("", 0))
+_TEXT_AFTER = {False: (_TEXT, (), False), True: (_TEXT, (), True)}
 
 
 def _is_letter(c: str) -> bool:
@@ -121,7 +128,7 @@ class View:
     @staticmethod
     def buffered(state: ViewState) -> bool:
         """Whether characters read are still waiting to be emitted."""
-        return state.markup[0] in (_LT, _AMP) or state.spaced[0] in (_S1, _S2, _S3)
+        return state.markup[0] in (_LT, _AMP, _US) or state.spaced[0] in (_S1, _S2, _S3)
 
     def step(self, state: ViewState, char: str, out: list[Item], index: int = -1) -> ViewState:
         """Read one *normalised* character (``index``: its index in the source text, for :meth:`text`); append
@@ -132,36 +139,51 @@ class View:
         kind, data, start = state.markup
         if kind == _TAG:
             if char == ">" or data >= MAX_TAG_CHARS:
-                return state._replace(markup=(_TEXT, (), -1))
+                return state._replace(markup=(_TEXT, (), False))
             return state._replace(markup=(_TAG, data + 1, start))
         if kind == _LT:
             if char.isascii() and (char.isalpha() or char in "/!"):
                 return state._replace(markup=(_TAG, 1, start))
-            state = self._after_markup(state._replace(markup=(_TEXT, (), -1)), ("<", start), out)
+            state = self._text(state, ("<", start), out)
             return self.step(state, char, out, index)
         if kind == _AMP:
             body = "".join(c for c, _ in data)
             if char == ";" and body:
                 decoded = html.unescape("&" + body + ";")
                 if decoded != "&" + body + ";":
-                    state = state._replace(markup=(_TEXT, (), -1))
                     for raw in decoded:
                         for c in fold_char(raw):
-                            state = self._after_markup(state, (fold_homoglyph(c), start), out)
+                            state = self._text(state, (fold_homoglyph(c), start), out)
                     return state
             if len(data) < MAX_REFERENCE_CHARS and char.isascii() and (char.isalnum() or (char == "#" and not data)):
                 return state._replace(markup=(_AMP, data + ((char, index),), start))
             # Not a character reference: the "&" is text. It is emitted here, not read again (read again it
             # would open the same reference and fail on the same character, forever); what followed it is read.
-            state = self._after_markup(state._replace(markup=(_TEXT, (), -1)), ("&", start), out)
+            state = self._text(state, ("&", start), out)
             for c, i in data:
                 state = self.step(state, c, out, i)
+            return self.step(state, char, out, index)
+        if kind == _US:
+            if char == "_" and len(data) < MAX_UNDERSCORES:
+                return state._replace(markup=(_US, data + ((char, index),), start))
+            if (start and is_word_char(char)) or (not start and char == " "):
+                # inside a word (snake_case), or standing alone: the run is text
+                for item in data:
+                    state = self._text(state, item, out)
+            else:  # an emphasis delimiter at a word's edge: opening (_x, _@ss) or closing (x_), dropped
+                state = state._replace(markup=_TEXT_AFTER[start])
             return self.step(state, char, out, index)
         if char == "<":
             return state._replace(markup=(_LT, (), index))
         if char == "&":
             return state._replace(markup=(_AMP, (), index))
-        return self._after_markup(state, (char, index), out)
+        if char == "_":
+            return state._replace(markup=(_US, ((char, index),), start))
+        return self._text(state, (char, index), out)
+
+    def _text(self, state: ViewState, item: Item, out: list[Item]) -> ViewState:
+        """Pass one item of text on from the markup stage."""
+        return self._after_markup(state._replace(markup=_TEXT_AFTER[is_word_char(item[0])]), item, out)
 
     def _after_markup(self, state: ViewState, item: Item, out: list[Item]) -> ViewState:
         if not self.spaced:
@@ -232,10 +254,12 @@ class View:
             out.append(item)
             if phase == _N0:
                 return (_N1, (), char in ONE_LETTER_WORDS, ())
-            return (_W, (), False, ())
+            return (_W, (), False, ())  # inside a word, or glued to one by symbols ("wh**e")
         if phase == _N1 and char in SEPARATORS:
             return (_S1, (item,), first_olw, ())
         out.append(item)
+        if phase in (_W, _N1, _G) and char in _letter_symbols():
+            return (_G, (), False, ())
         return fresh
 
     @staticmethod
@@ -264,11 +288,12 @@ class View:
     def flush(self, state: ViewState, out: list[Item]) -> None:
         """End of text: emit what is buffered (a pending tag is dropped, as a browser drops it)."""
         kind, data, start = state.markup
-        if self.markup and kind in (_LT, _AMP):
-            pending = [("<", start)] if kind == _LT else [("&", start), *data]
-            state = state._replace(markup=(_TEXT, (), -1))
+        if self.markup and kind in (_LT, _AMP, _US):
+            # an open "<" or "&" is text; a run of "_" after a word at the very end closes emphasis (dropped)
+            pending = [("<", start)] if kind == _LT else [("&", start), *data] if kind == _AMP else \
+                [] if start else list(data)
             for item in pending:
-                state = self._after_markup(state, item, out)
+                state = self._text(state, item, out)
         if not self.spaced:
             return
         phase, items, first_olw, held = state.spaced
