@@ -17,12 +17,11 @@ Sources (every word lower-cased, NFKC + casefold like the matcher's text, letter
 What is left out on purpose (``bench/obfuscation.py`` measures false positives on it as held-out data):
 wordfreq's ranks beyond :data:`TOP_N`, and every word with a digit or a symbol.
 
-Each word carries one byte of flags: :data:`DICTIONARY` (from the dictionary) and :data:`COMMON` (among the
-most frequent words of a language): a rule that only matters for what people write (a letter beside a spaced
-form: ``a c o c k`` is "a cock", though the dictionary has the archaic ``acock``) asks for common words.
-
-The output is a ``marisa_trie.BytesTrie`` (memory-mapped at run time: a few MB of disk, nearly no memory); it
-is deterministic for given package versions, and ``lexicon.json`` next to it records them.
+The output is a ``marisa_trie.Trie`` of all of them (memory-mapped at run time: a few MB of disk, nearly no
+memory), and ``common_en.txt``, wordfreq's :data:`TOP_N` most frequent English words (letters only, one a
+line): a rule that only matters for what people write (a letter beside a spaced form: ``a c o c k`` is "a
+cock", though the dictionary has the archaic ``acock``; ``b a s t a r d I`` is not Italian ``bastardi``) asks
+for those. Both are deterministic for given package versions, and ``lexicon.json`` records them.
 
 Usage: python scripts/gen_lexicon.py [--check]
 """
@@ -58,18 +57,22 @@ def fold(word: str) -> str:
     return unicodedata.normalize("NFKC", word).casefold()
 
 
-#: Flag bits of a word.
-DICTIONARY, COMMON = 1, 2
+COMMON_EN = OUTPUT.with_name("common_en.txt")
 
 
-def words() -> dict[str, int]:
-    found: dict[str, int] = {}
-    for w in dictionary_words():
-        found[fold(w)] = found.get(fold(w), 0) | DICTIONARY
+def _kept(word: str) -> bool:
+    return 2 <= len(word) <= 40 and word.isalpha()
+
+
+def words() -> list[str]:
+    found = {fold(w) for w in dictionary_words()}
     for language in LANGUAGES:
-        for w in wordfreq.top_n_list(language, TOP_N):
-            found[fold(w)] = found.get(fold(w), 0) | COMMON
-    return {w: flags for w, flags in sorted(found.items()) if 2 <= len(w) <= 40 and w.isalpha()}
+        found.update(fold(w) for w in wordfreq.top_n_list(language, TOP_N))
+    return sorted(w for w in found if _kept(w))
+
+
+def common_english() -> list[str]:
+    return sorted({w for w in map(fold, wordfreq.top_n_list("en", TOP_N)) if _kept(w)})
 
 
 def manifest(count: int) -> dict:
@@ -84,16 +87,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in lexicon differs")
     args = parser.parse_args()
-    found = words()
-    trie = marisa_trie.BytesTrie((word, bytes([flags])) for word, flags in found.items())
+    found, common = words(), common_english()
+    trie = marisa_trie.Trie(found)
     if args.check:
-        current = marisa_trie.BytesTrie()
+        current = marisa_trie.Trie()
         current.mmap(str(OUTPUT))
-        if dict((k, v[0]) for k, v in current.items()) != found:
-            print("lexicon.marisa is out of date: rerun scripts/gen_lexicon.py", file=sys.stderr)
+        if sorted(current.keys()) != found or COMMON_EN.read_text("utf-8").split() != common:
+            print("the lexicon is out of date: rerun scripts/gen_lexicon.py", file=sys.stderr)
             return 1
         return 0
     trie.save(str(OUTPUT))
+    COMMON_EN.write_text("\n".join(common) + "\n", encoding="utf-8")
     MANIFEST.write_text(json.dumps(manifest(len(found)), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{len(found)} words, {OUTPUT.stat().st_size} bytes -> {OUTPUT}")
     return 0

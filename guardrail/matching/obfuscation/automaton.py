@@ -22,8 +22,8 @@ from typing import cast
 
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.normalize import is_word_char
-from guardrail.matching.obfuscation import EMPHASIS_CHARS, JOINT_MARK
-from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
+from guardrail.matching.obfuscation import JOINT_MARK
+from guardrail.matching.obfuscation.nfa import EMPHASIS_MARKER, ObfuscatedTerm, ObfuscationNfa
 from guardrail.matching.obfuscation.view import START as VIEW_START
 from guardrail.matching.obfuscation.view import Item, View, ViewState
 from guardrail.matching.regex.automaton import START_NODE, WORD_START_NODE, RegexAutomaton
@@ -63,7 +63,7 @@ class ObfuscationAutomaton(RegexAutomaton):
         #: Symbols that move threads without counting as characters (stretch and joint marks, combining marks,
         #: emphasis markers with markup: ``ObfuscationNfa.uncounted``).
         self.marks = frozenset(chr(p) for lo, hi in self.nfa.uncounted.ranges for p in range(lo, hi + 1))
-        self._between = frozenset((JOINT_MARK, *EMPHASIS_CHARS)) & self.marks
+        self._between = frozenset((JOINT_MARK, EMPHASIS_MARKER)) & self.marks
         super().__init__([(t.normalized, t.match) for t in self.terms], False, max_states, nfa=self.nfa)
 
     def step(self, node: int, char: str) -> int:

@@ -42,13 +42,10 @@ MIN_EDIT_LETTERS = 7
 MIN_END_CENSOR_RUN = 3
 
 
-def is_real_word(form: str, match: MatchMode, common: bool = False) -> bool:
-    """Whether ``form`` (lower-case letters) is a word of the lexicon, or, for a ``prefix`` term, begins one;
-    with ``common``, only the lexicon's common words count (what people write)."""
+def is_real_word(form: str, match: MatchMode) -> bool:
+    """Whether ``form`` (lower-case letters) is a word of the lexicon, or, for a ``prefix`` term, begins one."""
     words = lexicon()
-    if match is MatchMode.PREFIX:
-        return words.begins_a_word(form, common)
-    return words.is_common(form) if common else form in words
+    return words.begins_a_word(form) if match is MatchMode.PREFIX else form in words
 
 
 def doubling_positions(term: str, match: MatchMode) -> frozenset[int]:
@@ -123,30 +120,65 @@ def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> 
     for i in range(1, len(term) - 2):
         found.append((term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i)))
     # Every edit that spells an allowed form (dropping either letter of a double gives one form; the NFA of a
-    # spaced view can build only one of them).
-    return tuple(edit for form, edit in found if form != term and form not in others and not is_real_word(form, match))
+    # spaced view can build only one of them). A form that a doubled letter turns into a real word is left out
+    # too: the automaton reads doubled letters after an edit ("fiting" for "fisting" would read "fitting").
+    return tuple(edit for form, edit in found if form != term and form not in others and not is_real_word(form, match)
+                 and not any(form[:i + 1] + form[i:] != term and is_real_word(form[:i + 1] + form[i:], match)
+                             for i in range(len(form))))
 
 
-def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """The strings of :func:`edits` (for reports and tests)."""
+def edit_spellings(term: str, edited: Sequence[tuple[str, int]]) -> tuple[str, ...]:
+    """The strings the edits of :func:`edits` spell, in order, without repeats."""
     out = []
-    for kind, i in edits(term, match, others):
+    for kind, i in edited:
         out.append(term[:i] + term[i + 1:] if kind == "drop" else term[:i] + term[i + 1] + term[i] + term[i + 2:])
     return tuple(dict.fromkeys(out))
 
 
-def joined_letters(term: str, match: MatchMode) -> tuple[str, str]:
-    """The single letters or digits a spaced run may hold before ``term`` (``a f u c k``) and after it
-    (``s h i t a``): those that do not spell a common word with the term, also with one of its doubled letters
-    (``a`` + ``mong`` is ``among``, ``e`` + ``ssex`` is ``essex``; common words: a spaced ``a c o c k`` is "a
-    cock", though a dictionary has the archaic ``acock``). For a ``prefix`` term only the left side matters,
-    and a common word must not begin with the letter and the term."""
-    spellings = [term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
-    before = "".join(x for x in sorted(ONE_LETTER_WORDS)
-                     if not any(is_real_word(x + v, match, common=True) for v in spellings))
-    after = "".join(x for x in sorted(ONE_LETTER_WORDS) if match is MatchMode.WORD
-                    and not any(is_real_word(v + x, MatchMode.WORD, common=True) for v in spellings))
-    return before, after
+def edit_forms(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The one-edit forms of ``term`` (:func:`edits`) as strings (for reports and tests)."""
+    return edit_spellings(term, edits(term, match, others))
+
+
+def joined_letters(terms: Sequence[tuple[str, MatchMode]], edited: Sequence[Sequence[str]] = ()
+                   ) -> list[tuple[str, str]]:
+    """Per term ``(before, after)``: the single letters or digits a spaced run may hold before the term
+    (``a f u c k``) and after it (``s h i t a``): those that do not spell a common English word with it, also
+    with one of its doubled letters, and also with a letter on each side (``a`` + ``mong`` is ``among``, ``e`` +
+    ``ssex`` is ``essex``, ``d`` + ``rape`` + ``r`` is ``draper``; common words: a spaced ``a c o c k`` is "a
+    cock", though a dictionary has the archaic ``acock``; English: ``b a s t a r d I`` is not Italian
+    ``bastardi``). For a ``prefix`` term only the left side counts, and no common English word may begin with
+    the letter and the term.
+
+    One pass over the common words for all the terms (``terms``: the normalised text and match mode of each;
+    ``edited``: per term, its one-edit forms, which take the letters beside them too).
+    """
+    spellings = [[term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
+                 + list(edited[k] if edited else ()) for k, (term, match) in enumerate(terms)]
+    word_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.WORD for v in vs}
+    prefix_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.PREFIX for v in vs}
+    prefix_lengths = sorted({len(v) for v in prefix_spelling})
+    before: dict[str, set[str]] = {}
+    after: dict[str, set[str]] = {}
+    for word in lexicon().common_english:
+        if word[1:] in word_spelling:
+            before.setdefault(word[1:], set()).add(word[0])
+        if word[:-1] in word_spelling:
+            after.setdefault(word[:-1], set()).add(word[-1])
+        if word[1:-1] in word_spelling:  # a letter on each side
+            before.setdefault(word[1:-1], set()).add(word[0])
+            after.setdefault(word[1:-1], set()).add(word[-1])
+        for length in prefix_lengths:
+            if word[1:1 + length] in prefix_spelling:
+                before.setdefault(word[1:1 + length], set()).add(word[0])
+    letters = sorted(ONE_LETTER_WORDS)
+    out = []
+    for (_, match), vs in zip(terms, spellings):
+        banned_before = set().union(*(before.get(v, ()) for v in vs))
+        banned_after = set().union(*(after.get(v, ()) for v in vs))
+        out.append(("".join(x for x in letters if x not in banned_before),
+                    "" if match is not MatchMode.WORD else "".join(y for y in letters if y not in banned_after)))
+    return out
 
 
 def censor_class() -> str:

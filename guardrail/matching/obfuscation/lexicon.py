@@ -5,9 +5,9 @@ write for a term (``suuck``, ``masturbaton``, ``4ss``), but the same edit of som
 (``annal``, ``singer`` for ``swinger``, ``rapping`` for ``raping``). :mod:`guardrail.matching.obfuscation.forms`
 gives a term only the forms that are not in this lexicon. Built by ``scripts/gen_lexicon.py`` from the English
 dictionary the obfuscation benchmark uses and wordfreq's most frequent words of the bundled lists' languages
-(its ``lexicon.json`` records the sources and versions); a ``marisa_trie.BytesTrie`` read by memory map, so
-a process pays a few MB of page cache and no Python objects for its ~770k words. Each word is flagged as a
-dictionary word, a common one (among the most frequent words of a language), or both.
+(its ``lexicon.json`` records the sources and versions); a ``marisa_trie.Trie`` read by memory map, so a
+process pays a few MB of page cache and no Python objects for its ~770k words. Beside it, the common English
+words (``common_en.txt``), for the rules that only matter for what people write.
 """
 
 from __future__ import annotations
@@ -18,37 +18,37 @@ from pathlib import Path
 import marisa_trie
 
 LEXICON_PATH = Path(__file__).parent.parent / "data" / "lexicon.marisa"
-#: Flag bits (``scripts/gen_lexicon.py``).
-DICTIONARY, COMMON = 1, 2
+COMMON_EN_PATH = LEXICON_PATH.with_name("common_en.txt")
 
 
 class Lexicon:
-    """Lower-case words (NFKC + casefold, letters only).
+    """Lower-case words (NFKC + casefold, letters only), and the common English ones among them.
 
     Args:
         path: the trie file (``scripts/gen_lexicon.py``).
+        common_path: the common English words, one a line.
 
     Raises:
-        OSError: the file cannot be read.
+        OSError: a file cannot be read.
     """
 
-    def __init__(self, path: Path = LEXICON_PATH):
-        self._trie = marisa_trie.BytesTrie()
+    def __init__(self, path: Path = LEXICON_PATH, common_path: Path = COMMON_EN_PATH):
+        self._trie = marisa_trie.Trie()
         self._trie.mmap(str(path))
+        self._common_path = common_path
 
     def __contains__(self, word: object) -> bool:
         return isinstance(word, str) and word in self._trie
 
-    def is_common(self, word: str) -> bool:
-        """Whether ``word`` is among the most frequent words of a language (what people write)."""
-        return any(flags[0] & COMMON for flags in self._trie.get(word, ()))
+    def begins_a_word(self, prefix: str) -> bool:
+        """Whether some word starts with ``prefix`` (itself included): what a ``prefix`` term's form must not
+        do."""
+        return next(self._trie.iterkeys(prefix), None) is not None
 
-    def begins_a_word(self, prefix: str, common: bool = False) -> bool:
-        """Whether some word (a common one, when ``common``) starts with ``prefix`` (itself included): what a
-        ``prefix`` term's form must not do."""
-        if not common:
-            return next(self._trie.iterkeys(prefix), None) is not None
-        return any(flags[0] & COMMON for _, flags in self._trie.iteritems(prefix))
+    @functools.cached_property
+    def common_english(self) -> frozenset[str]:
+        """wordfreq's most frequent English words (~30k: a few MB, read on first use)."""
+        return frozenset(self._common_path.read_text("utf-8").split())
 
     def __len__(self) -> int:
         return len(self._trie)

@@ -19,7 +19,7 @@ and, from ``spaced`` on, a term letter may be followed by the view's stretch mar
 ``uMN``, ``ss`` as ``sM``): a single letter by both or none, or by the first alone where
 :func:`~guardrail.matching.obfuscation.forms.doubling_positions` allows it (``suuck``), a doubled one by the
 first and maybe the second (``as`` never reads as ``ass``). Between two letters a spaced view's joint mark and,
-with ``+markup``, markdown emphasis markers (``f**u**ck``) are read through. A form matches when it holds at
+with ``+markup``, ``*`` emphasis markers (``f**u**ck``) are read through. A form matches when it holds at
 least :data:`~guardrail.matching.obfuscation.MIN_REAL_LETTERS` real letters, is not preceded by a word
 character (``word`` and ``prefix`` terms) and not followed by one (``word`` terms).
 
@@ -50,7 +50,6 @@ import numpy as np
 from guardrail.matching.charset import CharSet
 from guardrail.matching.obfuscation import (
     CENSOR_CHARS,
-    EMPHASIS_CHARS,
     JOINT_MARK,
     MIN_CENSOR_LETTERS,
     MIN_REAL_LETTERS,
@@ -64,6 +63,7 @@ from guardrail.matching.obfuscation import (
 from guardrail.matching.obfuscation.forms import (
     censor_runs,
     doubling_positions,
+    edit_spellings,
     edits,
     joined_letters,
     one_real_letter_forms,
@@ -162,14 +162,24 @@ def combining_marks() -> str:
     return "".join(sorted(marks))
 
 
+#: The layer key of a node entered by an edit (``_edits``): real letters no longer counted, no second edit.
+EDITED = (MIN_REAL_LETTERS, 1)
+#: The censor characters as one class.
+CENSOR = "".join(sorted(CENSOR_CHARS))
+
+#: The emphasis marker read between two letters of a term with ``+markup`` (``f**u**ck``); the view drops the
+#: others (``_``, ``~``).
+EMPHASIS_MARKER = "*"
+
+
 def uncounted_chars(spaced: bool, markup: bool) -> str:
     """Symbols a stream's threads read without counting them as characters of a form (module docstring):
-    combining marks, and the stretch and joint marks of a spaced view, and emphasis markers with markup."""
+    combining marks, and the stretch and joint marks of a spaced view, and ``*`` with markup."""
     chars = combining_marks()
     if spaced:
         chars += STRETCH_MARK + STRETCH_MARK_3 + JOINT_MARK
     if markup:
-        chars += "".join(sorted(EMPHASIS_CHARS))
+        chars += EMPHASIS_MARKER
     return chars
 
 
@@ -200,15 +210,21 @@ class ObfuscationNfa(Nfa):
 
     def __init__(self, terms: Sequence[ObfuscatedTerm], spaced: bool, markup: bool = False):  # noqa: D107
         self._start_empty()
+        self._ids: dict[str | CharSet, int] = {}
         self.uncounted = _charset(uncounted_chars(spaced, markup))
         views = [view_of_term(t.normalized) for t in terms]
         runs = censor_runs(views)
         others = frozenset(views)
+        edited = [edits(v, t.match, others) if t.level.level >= ObfuscationLevel.MASKED else ()
+                  for t, v in zip(terms, views)]
+        joints = joined_letters([(v, t.match) for t, v in zip(terms, views)],
+                                [edit_spellings(v, e) for v, e in zip(views, edited)]) if spaced else \
+            [("", "")] * len(terms)
         with gc_paused():
             for term_id, term in enumerate(terms):
                 masked = term.level.level >= ObfuscationLevel.MASKED
                 self.starts.append(self._term(term_id, term, views[term_id], spaced, markup,
-                                              runs[term_id] if masked else (), others))
+                                              runs[term_id] if masked else (), edited[term_id], joints[term_id]))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The NFA as flat ``int32`` arrays (what the artefact codec stores: rebuilding the NFA of a list from
@@ -257,159 +273,177 @@ class ObfuscationNfa(Nfa):
         nfa.uncounted = CharSet(tuple(tuple(r) for r in arrays["uncounted"].tolist()))
         return nfa
 
-    def _reader(self, source: int, charset: CharSet, target: int) -> None:
-        reader = self._move(source)
-        charset_id = self._charset_ids.setdefault(charset, len(self.charsets))
-        if charset_id == len(self.charsets):
-            self.charsets.append(charset)
-        self.consumes[reader] = charset_id
-        self.target[reader] = target
+    def _reader(self, source: int, chars: str | CharSet, target: int) -> None:
+        """A state reading one character of ``chars`` (a string of characters, or a class) from ``source``
+        into ``target`` (inlined: an obfuscation NFA has ~100k of them)."""
+        key = chars
+        charset_id = self._ids.get(key)
+        if charset_id is None:
+            charset = chars if isinstance(chars, CharSet) else _charset(chars)
+            charset_id = self._charset_ids.setdefault(charset, len(self.charsets))
+            if charset_id == len(self.charsets):
+                self.charsets.append(charset)
+            self._ids[key] = charset_id
+        reader = len(self.consumes)
+        self.consumes.append(charset_id)
+        self.target.append(target)
+        self.moves.append([])
+        self.accepts.append(-1)
+        self.moves[source].append((ALWAYS, reader))
 
     def _chain(self, source: int, symbols: Sequence[str | CharSet], target: int) -> None:
-        """Read ``symbols`` (a character or a class each) from ``source`` into ``target``."""
+        """Read ``symbols`` (characters or classes) from ``source`` into ``target``."""
         for i, symbol in enumerate(symbols):
             nxt = target if i == len(symbols) - 1 else self._new()
-            self._reader(source, symbol if isinstance(symbol, CharSet) else _charset(symbol), nxt)
+            self._reader(source, symbol, nxt)
             source = nxt
 
     def _term(self, term_id: int, term: ObfuscatedTerm, text: str, spaced: bool, markup: bool,
-              censored_runs: Sequence[tuple[int, int]], others: frozenset[str]) -> int:
+              censored_runs: Sequence[tuple[int, int]], edited: Sequence[tuple[str, int]],
+              joints: tuple[str, str]) -> int:
         tables = data()
         level = term.level.level
         runs = term_runs(text, spaced)
+        n = len(runs)
         letters = sum(c.isalpha() for c, _ in runs)
         censor_ok = level >= ObfuscationLevel.MASKED and letters >= MIN_CENSOR_LETTERS
-        censor = _charset("".join(sorted(CENSOR_CHARS)))
-        mark, mark_3 = _charset(STRETCH_MARK), _charset(STRETCH_MARK_3)
-        marks = _charset(combining_marks())
-        # Read through between two letters: combining marks, a spaced view's joint, emphasis markers with markup
-        # (``*`` and ``~`` as many as written; ``_`` in pairs, as CommonMark reads no single ``_`` inside a word).
-        between = _charset(combining_marks() + (JOINT_MARK if spaced else "")
-                           + ("".join(sorted(EMPHASIS_CHARS - {"_"})) if markup else ""))
-        underscore = _charset("_") if markup else None
+        marks = combining_marks()
+        # Read through between two letters: combining marks, a spaced view's joint, ``*`` emphasis with markup
+        # (the view drops ``_`` and ``~`` emphasis).
+        between = marks + (JOINT_MARK if spaced else "") + (EMPHASIS_MARKER if markup else "")
         # Run index -> index of its first character in ``text`` (doubling is decided per character).
-        starts = [sum(r for _, r in runs[:i]) for i in range(len(runs))]
+        starts = [sum(r for _, r in runs[:i]) for i in range(n)] + [len(text)]
         doubled = doubling_positions(text, term.match) if spaced else frozenset()
+        edges = self._edits(runs, starts, text, spaced, censored_runs, edited)
+        needed = {target for _, target, _ in edges}  # layers entered by an edit (key EDITED)
         start = self._new()
         first = self._move(start, AFTER_NONWORD)
         end = self._new()
-        # layer[(real, censored)] = the node before the current position
-        layer: dict[tuple[int, int], int] = {(0, 0): first}
-        n = len(runs)
+        # layers[i][(real, censored)] = the node before position i (run i); censored: an edit was made
+        layers: list[dict[tuple[int, int], int]] = [{(0, 0): first}]
         for i, (c, run) in enumerate(runs):
             real = c + (tables.diacritics.get(c, "") if c.isascii() else "")
             leet = (tables.leet.get(c, "") + tables.symbols.get(c, "")
                     if level >= ObfuscationLevel.LEET and c.isascii() else "")
             inner = 0 < i < n - 1 and c.isalpha() and run == 1
             nxt: dict[tuple[int, int], int] = {}
-            # A single letter may be stretched to three or more ("fuMNck"), or doubled where allowed; a doubled
-            # one stretched too ("asMN").
-            stretchable = spaced and c.isalnum()
-            may_double = run == 1 and starts[i] in doubled
-            decomposed = unicodedata.normalize("NFD", c) if not c.isascii() else c
             last = i == n - 1
+            # What may follow this position, read without counting: a single letter may be stretched to three or
+            # more ("fuMNck"), or doubled where allowed ("suMck"); a doubled one stretched ("asMN"); then marks.
+            loop = marks if last else between
+            single_stretch = spaced and c.isalnum() and run == 1
+            if single_stretch and starts[i] in doubled:
+                loop += STRETCH_MARK + STRETCH_MARK_3
+                single_stretch = False  # the marks loop: no "M then N" pair needed
+            elif spaced and c.isalnum() and run > 1:
+                loop += STRETCH_MARK_3
+            decomposed = unicodedata.normalize("NFD", c) if not c.isascii() else c
 
-            def node(key: tuple[int, int], nxt=nxt, stretchable=stretchable, single=run == 1,
-                     may_double=may_double, last=last, underscore=underscore) -> int:
+            def node(key: tuple[int, int], nxt=nxt, loop=loop, single_stretch=single_stretch) -> int:
                 found = nxt.get(key)
                 if found is None:
                     found = nxt[key] = self._new()
-                    if stretchable and single:
+                    if single_stretch:  # three or more, never a double: M then N
                         middle = self._new()
-                        self._reader(found, mark, middle)
-                        self._reader(middle, mark_3, found)
-                        if may_double:
-                            self.moves[middle].append((ALWAYS, found))
-                    elif stretchable:
-                        self._reader(found, mark_3, found)
-                    # what may stand after this position and before the next (after the last: its marks)
-                    self._reader(found, marks if last else between, found)
-                    if underscore is not None and not last:
-                        pair = self._new()
-                        self._reader(found, underscore, pair)
-                        self._reader(pair, underscore, found)
+                        self._reader(found, STRETCH_MARK, middle)
+                        self._reader(middle, STRETCH_MARK_3, found)
+                    self._reader(found, loop, found)
                 return found
 
-            for (real_count, censored), here in layer.items():
+            for (real_count, censored), here in layers[-1].items():
                 bumped = (min(real_count + 1, MIN_REAL_LETTERS), censored)
-                edges = [(_charset(real), bumped)]
+                reads = [(real, bumped)]
                 if leet:
-                    edges.append((_charset(leet), (real_count, censored)))
-                for charset, key in edges:
+                    reads.append((leet, (real_count, censored)))
+                for chars, key in reads:
                     if run == 1:
-                        self._reader(here, charset, node(key))
+                        self._reader(here, chars, node(key))
                     else:  # a doubled letter: the character, then the mark ("ass" reads "asM")
                         middle = self._new()
-                        self._reader(here, charset, middle)
-                        self._reader(middle, mark, node(key))
+                        self._reader(here, chars, middle)
+                        self._reader(middle, STRETCH_MARK, node(key))
                 if len(decomposed) > 1:  # an accented term letter written decomposed: base, then its marks
                     self._chain(here, list(decomposed), node(bumped))
                 if censor_ok and inner and not censored:
-                    self._reader(here, censor, node((real_count, 1)))
-            layer = nxt
-        for (real_count, _), here in layer.items():
+                    self._reader(here, CENSOR, node((real_count, 1)))
+            if i + 1 in needed:
+                node(EDITED)
+            layers.append(nxt)
+        for (real_count, _), here in layers[-1].items():
             if real_count >= MIN_REAL_LETTERS:
                 self.moves[here].append((ALWAYS, end))
+        for source_layer, target_layer, symbols in edges:
+            sources = [here for (_, censored), here in layers[source_layer].items() if not censored]
+            if not sources:
+                continue
+            entry = sources[0]
+            if len(sources) > 1:  # one entry for the edit, from every unedited node of the layer
+                entry = self._new()
+                for here in sources:
+                    self.moves[here].append((ALWAYS, entry))
+            target = layers[target_layer][EDITED]
+            if symbols:
+                self._chain(entry, symbols, target)
+            else:
+                self.moves[entry].append((ALWAYS, target))
         if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
             for form in one_real_letter_forms(text, term.match):
                 self._chain(first, form_symbols(form, spaced), end)
-        if level >= ObfuscationLevel.MASKED:
-            self._edited(first, end, text, spaced, censor, censored_runs, edits(text, term.match, others))
         accept = self._move(end, BEFORE_NONWORD) if term.match is MatchMode.WORD else end
         self.accepts[accept] = term_id
         if spaced:  # a one-letter word and the joint mark before the form, or after it (``JOINT_MARK``)
-            before, after = joined_letters(text, term.match)
+            before, after = joints
             if before:
-                self._chain(self._move(start, AFTER_NONWORD), [_charset(before), _charset(JOINT_MARK)], first)
+                self._chain(self._move(start, AFTER_NONWORD), [before, JOINT_MARK], first)
             if after and term.match is MatchMode.WORD:
                 joined = self._new()
-                self._chain(end, [_charset(JOINT_MARK), _charset(after)], joined)
+                self._chain(end, [JOINT_MARK, after], joined)
                 self.moves[joined].append((BEFORE_NONWORD, accept))
         return start
 
-    def _edited(self, first: int, end: int, text: str, spaced: bool, censor: CharSet,
-                censored_runs: Sequence[tuple[int, int]], edited: Sequence[tuple[str, int]]) -> None:
-        """The forms with one edit of the plain term: a run of censor characters, a dropped or a swapped
-        letter. Two plain chains share the work: ``plain[k]`` has read ``k`` characters of the term and no
-        edit yet, ``after[k]`` the same with the edit made; each edit leads from the first to the second. In
-        a spaced view the symbol of a letter depends on the one before it (``M`` for a double), so an edit is
-        built only where it leaves the next symbol unchanged."""
-        if not (censored_runs or edited):
-            return
-        symbols = form_symbols(text, spaced)
-        n = len(text)
-        if len(symbols) != n:  # a run of four or more of one letter: left to the layered path
-            return
-        plain = [first] + [self._new() for _ in range(n)]
-        after = [self._new() for _ in range(n + 1)]
-        for k in range(n):
-            self._reader(plain[k], _charset(symbols[k]), plain[k + 1])
-            self._reader(after[k], _charset(symbols[k]), after[k + 1])
-        self.moves[after[n]].append((ALWAYS, end))
-
-        def doubles(i: int, before: str) -> bool:  # does text[i] read as a stretch mark after ``before``?
-            return spaced and text[i] == before
-
+    @staticmethod
+    def _edits(runs: Sequence[tuple[str, int]], starts: Sequence[int], text: str, spaced: bool,
+               censored_runs: Sequence[tuple[int, int]], edited: Sequence[tuple[str, int]]
+               ) -> list[tuple[int, int, list[str]]]:
+        """The one-edit forms as ``(from layer, to layer, symbols read)``: a run of censor characters over
+        whole positions, a dropped letter (or one letter of a double written once), two neighbours swapped.
+        The layers are the positions of the layered path (runs in a spaced view); an edit that would change
+        how the view reads its neighbours (a new double, half of a double censored) is left out."""
+        layer_of = {start: i for i, start in enumerate(starts)}
+        # Half of a double: the position after its first letter, and what is read there (the letter alone).
+        inside = {starts[i] + 1: i for i, (_, run) in enumerate(runs) if run == 2}
+        out: list[tuple[int, int, list[str]]] = []
         for start, length in censored_runs:
-            resume = start + length
-            source = plain[start]
-            for m in range(1, length + 1):
-                target = after[resume] if m == length else self._new()
-                if m == length and resume < n and doubles(resume, text[resume - 1]):
-                    # after the run the letter is no stretch mark ("p**sy"): read it as itself
-                    target = self._new()
-                    self._reader(target, _charset(text[resume]), after[resume + 1])
-                self._reader(source, censor, target)
-                source = target
-        for kind, i in edited:
-            if kind == "drop":
-                if i + 1 < n and doubles(i + 1, text[i]) != doubles(i + 1, text[i - 1]):
-                    continue
-                self.moves[plain[i]].append((ALWAYS, after[i + 1]))
+            end = start + length
+            head: list[str] = []
+            tail: list[str] = []
+            if start in layer_of:
+                source = layer_of[start]
+            elif start in inside:  # the run hides the second letter of a double: its first is read alone
+                source = inside[start]
+                head = [runs[source][0]]
             else:
-                if i + 2 < n and doubles(i + 2, text[i + 1]) != doubles(i + 2, text[i]):
-                    continue
-                swapped = [text[i + 1], text[i]]
-                second = STRETCH_MARK if spaced and swapped[1] == swapped[0] else swapped[1]
-                first_symbol = STRETCH_MARK if doubles(i + 1, text[i - 1]) else swapped[0]
-                self._chain(plain[i], [first_symbol, second], after[i + 2])
+                continue
+            if end in layer_of:
+                target = layer_of[end]
+            elif end in inside:  # the run hides the first letter of a double: its second is read alone ("p**sy")
+                target = inside[end] + 1
+                tail = [runs[inside[end]][0]]
+            else:
+                continue
+            out.append((source, target, head + [CENSOR] * length + tail))
+        for kind, i in edited:
+            r = next(k for k in range(len(runs)) if starts[k] <= i < starts[k + 1])
+            c, run = runs[r]
+            previous = runs[r - 1][0] if r else ""
+            following = runs[r + 1][0] if r + 1 < len(runs) else ""
+            if kind == "drop":
+                if run == 1 and not (spaced and previous == following):
+                    out.append((r, r + 1, []))
+                elif run == 2:  # one letter of a double written once ("bulshit")
+                    out.append((r, r + 1, [c]))
+            elif run == 1 and starts[r] == i and r + 1 < len(runs) and runs[r + 1][1] == 1:
+                after_pair = runs[r + 2][0] if r + 2 < len(runs) else ""
+                if not spaced or (following != previous and c != after_pair):
+                    out.append((r, r + 2, [following, c]))
+        return out

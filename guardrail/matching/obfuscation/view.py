@@ -7,10 +7,11 @@ state is hashable (the artefact memoises token transitions on it):
 
 1. **homoglyphs**: a look-alike letter becomes its prototype (``obfuscation.fold_homoglyph``);
 2. **markup** (``+markup``): HTML tags are dropped (``<`` followed by a letter, ``/`` or ``!``, up to ``>``
-   or :data:`MAX_TAG_CHARS`), character references decoded (``&#105;``, ``&#x69;``, ``&amp;``), and a run of
-   ``_`` at a word's edge dropped (markdown emphasis, ``_fuck_``: ``_`` is a word character and would join
-   the word). Markdown emphasis inside a word (``f**u**ck``) is read on the term side (the NFA skips its
-   markers), so that ``f**k`` stays visible to the censor rules;
+   or :data:`MAX_TAG_CHARS`), character references decoded (``&#105;``, ``&#x69;``, ``&amp;``), and markdown
+   emphasis with ``_`` or ``~`` dropped: a run of two or three inside a word (``f__u__ck``, ``f~~u~~ck``) or a
+   run at a word's edge (``_fuck_``: ``_`` is a word character and would join the word). Emphasis with ``*``
+   is read on the term side (the NFA skips it between letters), so that ``f**k`` stays visible to the censor
+   rules;
 3. **spaced runs** (``spaced`` and above): a maximal run of two or more single letters with the same
    separator between each two is joined (``f u c k`` → ``fuck``, ``t i t l e`` → ``title``). A single
    letter is a letter or digit with no letter or digit on either side, and not glued to a word by a symbol
@@ -48,6 +49,7 @@ from typing import NamedTuple
 from guardrail.matching.normalize import fold_char, is_word_char
 from guardrail.matching.obfuscation import (
     CENSOR_CHARS,
+    EMPHASIS_CHARS,
     JOINT_MARK,
     ONE_LETTER_WORDS,
     SEPARATORS,
@@ -68,16 +70,22 @@ STRETCHABLE_SYMBOLS = frozenset("$@!|+(<")
 #: A character with the index of the source character it comes from (``-1`` on a token stream).
 Item = tuple[str, int]
 
-# Markup stage kinds: text, a "<" that may open a tag, inside a tag, a character reference, and a run of "_"
-# at a word's edge that may be markdown emphasis (``_fuck_``: "_" is a word character, so it must go).
+# Markup stage kinds: text, a "<" that may open a tag, inside a tag, a character reference, and a run of "_" or
+# "~" that may be markdown emphasis (``_fuck_``: "_" is a word character, so it must go; ``f__u__ck``).
 _TEXT, _LT, _TAG, _AMP, _US = range(5)
-#: Longest run of ``_`` read as an emphasis delimiter (``___x___`` is bold italic).
+#: Longest run of ``_`` or ``~`` read as an emphasis delimiter (``___x___`` is bold italic).
 MAX_UNDERSCORES = 3
+#: Emphasis markers the markup stage reads (``*`` is read on the term side: it is also a censor character).
+_DELIMITERS = frozenset("_~")
 # Spaced stage phases: after a non-letter (or the start), after a single-letter candidate, inside a word, a
 # separator buffered after a single letter, a separator and a letter buffered, a separator, a letter and a
 # different separator buffered (is that letter the run's last, or the first of a word written with symbols?),
 # and after symbols that stand for letters right after a word ("wh**"): a letter there continues that word.
 _N0, _N1, _W, _S1, _S2, _S3, _G = range(7)
+_FRESH, _GLUED = (_N0, (), False, ()), (_G, (), False, ())
+#: Symbols standing for letters read after a single letter before deciding whether they glue it to a word
+#: (``a a**hole``, ``b*****d``).
+MAX_GLUE_SYMBOLS = 8
 
 
 class ViewState(NamedTuple):
@@ -85,8 +93,8 @@ class ViewState(NamedTuple):
 
     Attributes:
         markup: ``(kind, data, start)`` of the markup stage (``data``: buffered items or a count; ``start``: the
-            source index of the ``<`` or ``&`` that opened it; for text and a run of ``_``, whether the character
-            before was a word character).
+            source index of the ``<`` or ``&`` that opened it; for text and a run of ``_``, what the character
+            before was: a space or the text start, a word character, or another character).
         spaced: ``(phase, items, first_olw, held)`` of the spaced-run stage (``View._spaced``).
         stretch: ``(last character, its run so far, at most 3)`` of the stretch stage.
     """
@@ -96,8 +104,10 @@ class ViewState(NamedTuple):
     stretch: tuple
 
 
-START = ViewState((_TEXT, (), False), (_N0, (), False, ()), ("", 0))
-_TEXT_AFTER = {False: (_TEXT, (), False), True: (_TEXT, (), True)}
+# What the markup stage emitted last (a run of "_" is emphasis unless it stands inside a word or alone).
+_SPACE, _WORD, _PUNCT = range(3)
+START = ViewState((_TEXT, (), _SPACE), (_N0, (), False, ()), ("", 0))
+_TEXT_AFTER = {kind: (_TEXT, (), kind) for kind in (_SPACE, _WORD, _PUNCT)}
 
 
 def _is_letter(c: str) -> bool:
@@ -106,11 +116,12 @@ def _is_letter(c: str) -> bool:
 
 @functools.cache
 def _letter_symbols() -> frozenset[str]:
-    """Symbols that stand for a letter inside a word (censor characters, leetspeak, look-alike symbols): after
-    a single letter, one of them may glue it to the word that follows (``a f*ck``), so the spaced stage waits
-    for the next character before it joins that letter to a run. A space, a comma or a slash never glues."""
+    """Symbols that stand for a letter inside a word (censor characters, leetspeak, look-alike symbols, emphasis
+    markers): after a single letter, they may glue it to the word that follows (``a f*ck``), so the spaced stage
+    waits for the next letter before it joins that letter to a run; after a word, a letter that follows them
+    continues the word (``wh**e``, ``bas~~tar~~d``). A space, a comma or a slash never glues."""
     tables = data()
-    return CENSOR_CHARS | frozenset("".join(tables.leet.values()) + "".join(tables.symbols.values()))
+    return CENSOR_CHARS | EMPHASIS_CHARS | frozenset("".join(tables.leet.values()) + "".join(tables.symbols.values()))
 
 
 class View:
@@ -139,7 +150,7 @@ class View:
         kind, data, start = state.markup
         if kind == _TAG:
             if char == ">" or data >= MAX_TAG_CHARS:
-                return state._replace(markup=(_TEXT, (), False))
+                return state._replace(markup=(_TEXT, (), _SPACE))
             return state._replace(markup=(_TAG, data + 1, start))
         if kind == _LT:
             if char.isascii() and (char.isalpha() or char in "/!"):
@@ -164,26 +175,29 @@ class View:
                 state = self.step(state, c, out, i)
             return self.step(state, char, out, index)
         if kind == _US:
-            if char == "_" and len(data) < MAX_UNDERSCORES:
+            if char == data[0][0] and len(data) < MAX_UNDERSCORES:
                 return state._replace(markup=(_US, data + ((char, index),), start))
-            if (start and is_word_char(char)) or (not start and char == " "):
-                # inside a word (snake_case), or standing alone: the run is text
+            inside = start == _WORD and is_word_char(char)
+            if (inside and len(data) == 1) or (start == _SPACE and char == " "):
+                # one "_" inside a word (snake_case), or a run standing alone: text
                 for item in data:
                     state = self._text(state, item, out)
-            else:  # an emphasis delimiter at a word's edge: opening (_x, _@ss) or closing (x_), dropped
+            else:  # emphasis: inside a word (f__u__ck), or at a word's edge (_x, _@ss, x_, +_): dropped
                 state = state._replace(markup=_TEXT_AFTER[start])
             return self.step(state, char, out, index)
         if char == "<":
             return state._replace(markup=(_LT, (), index))
         if char == "&":
             return state._replace(markup=(_AMP, (), index))
-        if char == "_":
+        if char in _DELIMITERS:
             return state._replace(markup=(_US, ((char, index),), start))
         return self._text(state, (char, index), out)
 
     def _text(self, state: ViewState, item: Item, out: list[Item]) -> ViewState:
         """Pass one item of text on from the markup stage."""
-        return self._after_markup(state._replace(markup=_TEXT_AFTER[is_word_char(item[0])]), item, out)
+        c = item[0]
+        kind = _SPACE if c == " " else _WORD if is_word_char(c) else _PUNCT
+        return self._after_markup(state._replace(markup=_TEXT_AFTER[kind]), item, out)
 
     def _after_markup(self, state: ViewState, item: Item, out: list[Item]) -> ViewState:
         if not self.spaced:
@@ -212,14 +226,17 @@ class View:
         phase, items, first_olw, held = spaced
         char = item[0]
         letter_now = _is_letter(char)
-        fresh = (_N0, (), False, ())
+        fresh = _FRESH
         if phase in (_S2, _S3):
             sep, letter = items[0], items[1]
-            if phase == _S3 and not letter_now:  # the letter ends the run; the second separator is text
+            if phase == _S3 and not letter_now:
+                if char in _letter_symbols() and len(items) < 2 + MAX_GLUE_SYMBOLS:  # "a a**hole": wait on
+                    return (_S3, items + (item,), first_olw, held)
+                # the letter ends the run; the symbols after it are text, glued to it
                 View._release(sep, held, first_olw, False, out)
                 View._joined(sep, letter, (first_olw and not held) or letter[0] in ONE_LETTER_WORDS, out)
-                out.append(items[2])
-                return View._spaced(fresh, item, out)
+                out.extend(items[2:])
+                return View._spaced(_GLUED, item, out)
             if letter_now:
                 # The letter begins a word ("a fuck", "a f*ck", "I f-u-c-k"): the run ends before it and its
                 # separator stays; in S3 the letter is read again from a fresh start with what followed it.
@@ -228,9 +245,10 @@ class View:
                 if phase == _S2:
                     out.extend((letter, item))
                     return (_W, (), False, ())
-                state = View._spaced(fresh, letter, out)
-                state = View._spaced(state, items[2], out)
-                return View._spaced(state, item, out)
+                state = fresh
+                for buffered in (letter, *items[2:], item):
+                    state = View._spaced(state, buffered, out)
+                return state
             if char == sep[0]:  # a letter inside the run: joined (held back if a one-letter word)
                 View._release(sep, held, first_olw, False, out)
                 joint = first_olw and not held
@@ -243,13 +261,13 @@ class View:
             View._release(sep, held, first_olw, False, out)  # the run's last letter, then other text
             View._joined(sep, letter, (first_olw and not held) or letter[0] in ONE_LETTER_WORDS, out)
             out.append(item)
-            return fresh
+            return _GLUED if char in _letter_symbols() else fresh
         if phase == _S1:
             if letter_now:
                 return (_S2, (items[0], item), first_olw, held)
             View._release(items[0], held, first_olw, True, out)
-            out.append(items[0])
-            return View._spaced(fresh, item, out)
+            out.append(items[0])  # no run: the separator is text, glued to the letter before it if a symbol
+            return View._spaced(_GLUED if items[0][0] in _letter_symbols() else fresh, item, out)
         if letter_now:
             out.append(item)
             if phase == _N0:
@@ -289,9 +307,9 @@ class View:
         """End of text: emit what is buffered (a pending tag is dropped, as a browser drops it)."""
         kind, data, start = state.markup
         if self.markup and kind in (_LT, _AMP, _US):
-            # an open "<" or "&" is text; a run of "_" after a word at the very end closes emphasis (dropped)
+            # an open "<" or "&" is text; a run of "_" at the very end closes emphasis (dropped) unless alone
             pending = [("<", start)] if kind == _LT else [("&", start), *data] if kind == _AMP else \
-                [] if start else list(data)
+                list(data) if start == _SPACE else []
             for item in pending:
                 state = self._text(state, item, out)
         if not self.spaced:
