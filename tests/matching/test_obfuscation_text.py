@@ -183,7 +183,8 @@ def test_terms_the_levels_exempt_keep_the_literal_contract():
     assert effective(Obfuscation.parse("masked"), "ass").level is ObfuscationLevel.MASKED
     assert effective(Obfuscation.parse("masked"), "no").off  # fewer than three letters
     assert effective(Obfuscation.parse("masked"), "aaa").off  # one distinct letter
-    assert effective(Obfuscation.parse("masked"), "fuck you").level is ObfuscationLevel.HOMOGLYPHS  # a phrase
+    assert effective(Obfuscation.parse("masked"), "fuck you").level is ObfuscationLevel.MASKED  # a phrase: word by word
+    assert effective(Obfuscation.parse("masked"), "f-ck you").level is ObfuscationLevel.HOMOGLYPHS  # a symbol
     lists = [wordlist_from_terms([Term("SHIT", MatchMode.WORD, case_sensitive=True), Term("s[h]it", MatchMode.WORD,
                                                                                         regex=True)])]
     assert TextMatcher(lists, obfuscation="masked").scan("sh1t S.H.I.T") == []

@@ -11,15 +11,17 @@ added:
 - **one real letter** (``leet``): a three-letter term with two of its letters in leetspeak (``4ss``, ``a$$``)
   — unless the form has two digits or more (a number or a model number: ``45s``, ``A55``, ``B52``) or is a
   real word;
-- **two or more censor characters** (``masked``): a run of censor characters for two or more letters, not the
-  first (``f**k``, ``sh**t``, ``b***h``, ``f***``), where exactly one term of the stream fits the visible
-  letters and the length; a run that reaches the end must cover three letters or more (``a**`` is also the
-  end of markdown bold, ``**plan a**``);
+- **censor runs** (``masked``): a run of censor characters for two or more letters, not the first
+  (``f**k``, ``b***h``, ``f***``) or the one inner letter of a three-letter term (``f*g``), where exactly one
+  term of the stream fits the visible letters and the length (never the first letter: ``*`` is also markdown,
+  which the markup view reads through); a run that reaches the end must cover three letters or more (``a**``
+  is also the end of markdown bold, ``**plan a**``);
 - **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
   letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
 - **one edit** (``masked``): one inner letter dropped or two inner neighbours swapped in a term of
-  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``) — unless the result is a real word
-  (``bestiality`` for ``beastiality``) or another term of the stream.
+  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``, ``whre``, ``pusy``) — unless the result
+  is a real word (``bestiality`` for ``beastiality``), becomes one with a doubled letter, or is another term of
+  the stream.
 
 "Real word" is :func:`~guardrail.matching.obfuscation.lexicon.lexicon` (a dictionary plus the most frequent
 words of the bundled lists' languages; ``scripts/gen_lexicon.py``), so the exceptions come from data.
@@ -37,8 +39,9 @@ from guardrail.wordlists.wordlist import MatchMode
 
 #: Terms with at least this many letters get one-edit forms: shorter ones have too many real-word
 #: neighbours (``rape`` → ``rap``, ``tape``…) for a dictionary to sort them out.
-MIN_EDIT_LETTERS = 7
-#: A censor run that ends the form covers at least this many letters (``f***``, not ``a**``).
+MIN_EDIT_LETTERS = 5
+#: A censor run that ends the form covers at least this many letters (``f***``, not ``a**``: markdown bold ends
+#: the same way, ``**plan a**``).
 MIN_END_CENSOR_RUN = 3
 
 
@@ -85,9 +88,9 @@ def one_real_letter_forms(term: str, match: MatchMode) -> tuple[str, ...]:
 
 
 def censor_runs(terms: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
-    """Per term, the ``(start, length)`` runs of two or more censor characters it may be written with: the
-    first letter kept, ``length`` letters from ``start`` hidden, and no other term of ``terms`` of the same
-    length with the same visible letters (counting each distinct term once)."""
+    """Per term, the ``(start, length)`` censor runs it may be written with (module docstring): the first
+    letter kept, ``length`` letters from ``start`` hidden, and no other term of ``terms`` of the same length with
+    the same visible letters (counting each distinct term once)."""
     distinct = sorted(set(terms))
     signatures: Counter[tuple[str, int, int]] = Counter()
 
@@ -95,8 +98,11 @@ def censor_runs(terms: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
         n = len(term)
         if n < 3 or not term.isalpha():
             return []
-        return [(start, length) for start in range(1, n) for length in range(2, n - start + 1)
-                if start + length < n or length >= MIN_END_CENSOR_RUN]
+        found = [(start, length) for start in range(1, n) for length in range(2, n - start + 1)
+                 if start + length < n or length >= MIN_END_CENSOR_RUN]
+        if n == 3:  # a short term's one inner letter (f*g): the single censor rule needs four letters
+            found.append((1, 1))
+        return found
 
     def signature(term: str, start: int, length: int) -> tuple[str, int, int]:
         return (term[:start] + "\0" + term[start + length:], start, length)
@@ -154,7 +160,8 @@ def joined_letters(terms: Sequence[tuple[str, MatchMode]], edited: Sequence[Sequ
     ``edited``: per term, its one-edit forms, which take the letters beside them too).
     """
     spellings = [[term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
-                 + list(edited[k] if edited else ()) for k, (term, match) in enumerate(terms)]
+                 + [v for f in (edited[k] if edited else ()) for v in (f, *(f[:i + 1] + f[i:] for i in range(len(f))))]
+                 for k, (term, match) in enumerate(terms)]
     word_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.WORD for v in vs}
     prefix_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.PREFIX for v in vs}
     prefix_lengths = sorted({len(v) for v in prefix_spelling})
