@@ -309,7 +309,13 @@ def test_a_term_beside_a_user_defined_piece_is_matched_as_the_text_shows_it(user
     vocab = TokenVocab.from_tokenizer(tokenizer)
     artefact = compile_artefact(vocab, [wordlist_from_terms(["ass", "fuck"])])
     ref = tokenizer.convert_tokens_to_ids(pieces[2])
-    shown = tokenizer.encode(" we ass", add_special_tokens=False) + [ref] + tokenizer.encode("ume", add_special_tokens=False)
-    assert terms_by_tokens(artefact, shown) == {"ass"}  # "we ass[REFERENCE_DOC_19] ume"
-    split = tokenizer.encode(" fu", add_special_tokens=False) + [ref] + tokenizer.encode("ck", add_special_tokens=False)
-    assert terms_by_tokens(artefact, split) == set()  # "fu[REFERENCE_DOC_19] ck" holds no term
+
+    def glued(text: str) -> list[int]:  # text right after the piece, no space: byte-fallback pieces
+        return tokenizer.convert_tokens_to_ids([f"<0x{b:02X}>" for b in text.encode()])
+
+    shown = tokenizer.encode(" we ass", add_special_tokens=False) + [ref] + glued("ume")
+    assert tokenizer.decode(shown, skip_special_tokens=True) == "we ass[REFERENCE_DOC_19]ume"
+    assert terms_by_tokens(artefact, shown) == {"ass"}
+    split = tokenizer.encode(" fu", add_special_tokens=False) + [ref] + glued("ck")
+    assert tokenizer.decode(split, skip_special_tokens=True) == "fu[REFERENCE_DOC_19]ck"
+    assert terms_by_tokens(artefact, split) == set()  # no term in the text the reader sees
