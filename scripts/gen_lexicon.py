@@ -7,7 +7,8 @@ Some obfuscation rules would turn a real word into a term: a doubled letter (``a
 compiler asks this lexicon before it adds such a form to a term's automaton
 (``guardrail/matching/obfuscation/forms.py``), so the exceptions come from data, not from a hand list.
 
-Sources (every word lower-cased, NFKC + casefold like the matcher's text, letters only, 2 to 40 characters):
+Sources (every word lower-cased, NFKC + casefold like the matcher's text, letters only, 2 to 40 characters, each
+also without its accents, as the homoglyph level reads it):
 
 - the English dictionary the obfuscation benchmark uses (``bench/obfuscation.py: dictionary_words``):
   ``english-words``' ``web2`` and ``gcide`` sets, lemminflect's lexicon and the inflections of every entry;
@@ -21,7 +22,9 @@ The output is a ``marisa_trie.Trie`` of all of them (memory-mapped at run time: 
 memory), and ``common_en.txt``, wordfreq's :data:`TOP_N` most frequent English words (letters only, one a
 line): a rule that only matters for what people write (a letter beside a spaced form: ``a c o c k`` is "a
 cock", though the dictionary has the archaic ``acock``; ``b a s t a r d I`` is not Italian ``bastardi``) asks
-for those. Both are deterministic for given package versions, and ``lexicon.json`` records them.
+for those; and ``accented.marisa``, the real words with accents by their spelling without (``merde`` →
+``merdé``), so that an accented letter is not read as a term's plain one where that reads a real word. All
+are deterministic for given package versions, and ``lexicon.json`` records them.
 
 Usage: python scripts/gen_lexicon.py [--check]
 """
@@ -58,17 +61,38 @@ def fold(word: str) -> str:
 
 
 COMMON_EN = OUTPUT.with_name("common_en.txt")
+ACCENTED = OUTPUT.with_name("accented.marisa")
 
 
 def _kept(word: str) -> bool:
     return 2 <= len(word) <= 40 and word.isalpha()
 
 
-def words() -> list[str]:
+def strip_accents(word: str) -> str:
+    """The word as the homoglyph level reads it: accents off (``gérer`` → ``gerer``)."""
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+
+
+def real_words() -> set[str]:
     found = {fold(w) for w in dictionary_words()}
     for language in LANGUAGES:
         found.update(fold(w) for w in wordfreq.top_n_list(language, TOP_N))
-    return sorted(w for w in found if _kept(w))
+    return {w for w in found if _kept(w)}
+
+
+def words(found: set[str]) -> list[str]:
+    return sorted(found | {strip_accents(w) for w in found})  # a reader of the homoglyph level sees these too
+
+
+def accented(found: set[str]) -> dict[str, list[str]]:
+    """Accent-stripped spelling → the real words that spell it with accents (``merde`` → ``merdé``): an
+    accented text letter reads as its base letter, except where that would read a real word as a term."""
+    out: dict[str, list[str]] = {}
+    for w in sorted(found):
+        plain = strip_accents(w)
+        if plain != w and len(plain) == len(w):
+            out.setdefault(plain, []).append(w)
+    return out
 
 
 def common_english() -> list[str]:
@@ -87,8 +111,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in lexicon differs")
     args = parser.parse_args()
-    found, common = words(), common_english()
+    real = real_words()
+    found, common, accents = words(real), common_english(), accented(real)
     trie = marisa_trie.Trie(found)
+    accent_trie = marisa_trie.BytesTrie((plain, " ".join(ws).encode()) for plain, ws in accents.items())
     if args.check:
         current = marisa_trie.Trie()
         current.mmap(str(OUTPUT))
@@ -97,6 +123,7 @@ def main() -> int:
             return 1
         return 0
     trie.save(str(OUTPUT))
+    accent_trie.save(str(ACCENTED))
     COMMON_EN.write_text("\n".join(common) + "\n", encoding="utf-8")
     MANIFEST.write_text(json.dumps(manifest(len(found)), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{len(found)} words, {OUTPUT.stat().st_size} bytes -> {OUTPUT}")

@@ -136,9 +136,9 @@ def test_censor_runs_are_read_only_where_one_term_fits():
 
 def test_one_edit_forms_of_long_terms_spare_real_words():
     matcher = TextMatcher([wordlist_from_terms(["masturbation", "swinger", "bastard"])], obfuscation="masked")
-    assert found_terms(matcher, "masturbaton and bastad and basatrd") == {"masturbation", "bastard"}
+    assert found_terms(matcher, "masturbaton and bastrd and basatrd") == {"masturbation", "bastard"}
     assert found_terms(matcher, "the singer sang") == set()  # a real word one edit from "swinger"
-    assert found_terms(TextMatcher([wordlist_from_terms(["bastard"])], obfuscation="spaced"), "bastad") == set()
+    assert found_terms(TextMatcher([wordlist_from_terms(["bastard"])], obfuscation="spaced"), "bastrd") == set()
 
 
 def test_a_short_term_with_one_real_letter_is_caught_but_not_as_a_number():

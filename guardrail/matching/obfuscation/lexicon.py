@@ -19,6 +19,7 @@ import marisa_trie
 
 LEXICON_PATH = Path(__file__).parent.parent / "data" / "lexicon.marisa"
 COMMON_EN_PATH = LEXICON_PATH.with_name("common_en.txt")
+ACCENTED_PATH = LEXICON_PATH.with_name("accented.marisa")
 
 
 class Lexicon:
@@ -27,14 +28,18 @@ class Lexicon:
     Args:
         path: the trie file (``scripts/gen_lexicon.py``).
         common_path: the common English words, one a line.
+        accented_path: the accented real words by their spelling without accents.
 
     Raises:
         OSError: a file cannot be read.
     """
 
-    def __init__(self, path: Path = LEXICON_PATH, common_path: Path = COMMON_EN_PATH):
+    def __init__(self, path: Path = LEXICON_PATH, common_path: Path = COMMON_EN_PATH,
+                 accented_path: Path = ACCENTED_PATH):
         self._trie = marisa_trie.Trie()
         self._trie.mmap(str(path))
+        self._accented = marisa_trie.BytesTrie()
+        self._accented.mmap(str(accented_path))
         self._common_path = common_path
 
     def __contains__(self, word: object) -> bool:
@@ -49,6 +54,10 @@ class Lexicon:
     def common_english(self) -> frozenset[str]:
         """wordfreq's most frequent English words (~30k: a few MB, read on first use)."""
         return frozenset(self._common_path.read_text("utf-8").split())
+
+    def accented(self, plain: str) -> list[str]:
+        """The real words spelled ``plain`` once their accents are off (``merde`` → ``merdé``)."""
+        return [w for value in self._accented.get(plain, ()) for w in value.decode().split()]
 
     def __len__(self) -> int:
         return len(self._trie)

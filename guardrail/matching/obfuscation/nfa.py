@@ -68,6 +68,7 @@ from guardrail.matching.obfuscation.forms import (
     joined_letters,
     one_real_letter_forms,
 )
+from guardrail.matching.obfuscation.lexicon import lexicon
 from guardrail.matching.obfuscation.view import STRETCHABLE_SYMBOLS
 from guardrail.matching.regex.nfa import AFTER_NONWORD, ALWAYS, BEFORE_NONWORD, Nfa
 from guardrail.wordlists.wordlist import MatchMode
@@ -162,7 +163,8 @@ def combining_marks() -> str:
     return "".join(sorted(marks))
 
 
-#: The layer key of a node entered by an edit (``_edits``): real letters no longer counted, no second edit.
+#: The layer key of a node entered by a censor run (``_censor_edges``): real letters no longer counted (the run
+#: is read against the visible letters and the list), no second censor character.
 EDITED = (MIN_REAL_LETTERS, 1)
 #: The censor characters as one class.
 CENSOR = "".join(sorted(CENSOR_CHARS))
@@ -314,40 +316,49 @@ class ObfuscationNfa(Nfa):
         # Run index -> index of its first character in ``text`` (doubling is decided per character).
         starts = [sum(r for _, r in runs[:i]) for i in range(n)] + [len(text)]
         doubled = doubling_positions(text, term.match) if spaced else frozenset()
-        edges = self._edits(runs, starts, text, spaced, censored_runs, edited)
-        needed = {target for _, target, _ in edges}  # layers entered by an edit (key EDITED)
+        edges = self._censor_edges(runs, starts, censored_runs)
+        needed = {target for _, target, _ in edges}  # layers entered by a censor run (key EDITED)
         start = self._new()
         first = self._move(start, AFTER_NONWORD)
         end = self._new()
         # layers[i][(real, censored)] = the node before position i (run i); censored: an edit was made
         layers: list[dict[tuple[int, int], int]] = [{(0, 0): first}]
+        # Accented letters read as the term's plain one, except where that reads a real word ("merdé", "négro").
+        spared: dict[int, set[str]] = {}
+        for word in lexicon().accented(text):
+            for k, (a, b) in enumerate(zip(word, text)):
+                if a != b:
+                    spared.setdefault(k, set()).add(a)
         for i, (c, run) in enumerate(runs):
             real = c + (tables.diacritics.get(c, "") if c.isascii() else "")
+            if starts[i] in spared:
+                real = "".join(x for x in real if x not in spared[starts[i]])
             leet = (tables.leet.get(c, "") + tables.symbols.get(c, "")
                     if level >= ObfuscationLevel.LEET and c.isascii() else "")
             inner = 0 < i < n - 1 and c.isalpha() and run == 1
             nxt: dict[tuple[int, int], int] = {}
             last = i == n - 1
             # What may follow this position, read without counting: a single letter may be stretched to three or
-            # more ("fuMNck"), or doubled where allowed ("suMck"); a doubled one stretched ("asMN"); then marks.
+            # more ("fuMNck"), or doubled where allowed ("suMck"), though not after a censor character or an edit
+            # (the two together could spell a real word); a doubled one stretched ("asMN"); then marks.
             loop = marks if last else between
-            single_stretch = spaced and c.isalnum() and run == 1
-            if single_stretch and starts[i] in doubled:
-                loop += STRETCH_MARK + STRETCH_MARK_3
-                single_stretch = False  # the marks loop: no "M then N" pair needed
-            elif spaced and c.isalnum() and run > 1:
-                loop += STRETCH_MARK_3
+            stretch = spaced and c.isalnum()
+            doubling = stretch and run == 1 and starts[i] in doubled
             decomposed = unicodedata.normalize("NFD", c) if not c.isascii() else c
 
-            def node(key: tuple[int, int], nxt=nxt, loop=loop, single_stretch=single_stretch) -> int:
+            def node(key: tuple[int, int], nxt=nxt, loop=loop, stretch=stretch, single=run == 1,
+                     doubling=doubling) -> int:
                 found = nxt.get(key)
                 if found is None:
                     found = nxt[key] = self._new()
-                    if single_stretch:  # three or more, never a double: M then N
+                    if doubling and not key[1]:  # the marks loop: M alone (a double) or M then N
+                        self._reader(found, loop + STRETCH_MARK + STRETCH_MARK_3, found)
+                        return found
+                    if stretch and single:  # three or more, never a double: M then N
                         middle = self._new()
                         self._reader(found, STRETCH_MARK, middle)
                         self._reader(middle, STRETCH_MARK_3, found)
-                    self._reader(found, loop, found)
+                    self._reader(found, loop + STRETCH_MARK_3 if stretch and not single else loop, found)
                 return found
 
             for (real_count, censored), here in layers[-1].items():
@@ -373,19 +384,12 @@ class ObfuscationNfa(Nfa):
             if real_count >= MIN_REAL_LETTERS:
                 self.moves[here].append((ALWAYS, end))
         for source_layer, target_layer, symbols in edges:
-            sources = [here for (_, censored), here in layers[source_layer].items() if not censored]
-            if not sources:
-                continue
-            entry = sources[0]
-            if len(sources) > 1:  # one entry for the edit, from every unedited node of the layer
-                entry = self._new()
-                for here in sources:
-                    self.moves[here].append((ALWAYS, entry))
-            target = layers[target_layer][EDITED]
-            if symbols:
-                self._chain(entry, symbols, target)
-            else:
-                self.moves[entry].append((ALWAYS, target))
+            # the letters before the run all real (the run is read against the visible letters: censor_runs)
+            source = layers[source_layer].get((min(source_layer, MIN_REAL_LETTERS), 0))
+            if source is not None:
+                self._chain(source, symbols, layers[target_layer][EDITED])
+        if edited:
+            self._edited(first, end, text, spaced, edited)
         if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
             for form in one_real_letter_forms(text, term.match):
                 self._chain(first, form_symbols(form, spaced), end)
@@ -402,13 +406,10 @@ class ObfuscationNfa(Nfa):
         return start
 
     @staticmethod
-    def _edits(runs: Sequence[tuple[str, int]], starts: Sequence[int], text: str, spaced: bool,
-               censored_runs: Sequence[tuple[int, int]], edited: Sequence[tuple[str, int]]
-               ) -> list[tuple[int, int, list[str]]]:
-        """The one-edit forms as ``(from layer, to layer, symbols read)``: a run of censor characters over
-        whole positions, a dropped letter (or one letter of a double written once), two neighbours swapped.
-        The layers are the positions of the layered path (runs in a spaced view); an edit that would change
-        how the view reads its neighbours (a new double, half of a double censored) is left out."""
+    def _censor_edges(runs: Sequence[tuple[str, int]], starts: Sequence[int], censored_runs: Sequence[tuple[int, int]]
+                      ) -> list[tuple[int, int, list[str]]]:
+        """The censor runs as ``(from layer, to layer, symbols read)`` over the layered path's positions (runs
+        in a spaced view); a run that hides half of a double reads the other half as the letter alone."""
         layer_of = {start: i for i, start in enumerate(starts)}
         # Half of a double: the position after its first letter, and what is read there (the letter alone).
         inside = {starts[i] + 1: i for i, (_, run) in enumerate(runs) if run == 2}
@@ -432,18 +433,37 @@ class ObfuscationNfa(Nfa):
             else:
                 continue
             out.append((source, target, head + [CENSOR] * length + tail))
-        for kind, i in edited:
-            r = next(k for k in range(len(runs)) if starts[k] <= i < starts[k + 1])
-            c, run = runs[r]
-            previous = runs[r - 1][0] if r else ""
-            following = runs[r + 1][0] if r + 1 < len(runs) else ""
-            if kind == "drop":
-                if run == 1 and not (spaced and previous == following):
-                    out.append((r, r + 1, []))
-                elif run == 2:  # one letter of a double written once ("bulshit")
-                    out.append((r, r + 1, [c]))
-            elif run == 1 and starts[r] == i and r + 1 < len(runs) and runs[r + 1][1] == 1:
-                after_pair = runs[r + 2][0] if r + 2 < len(runs) else ""
-                if not spaced or (following != previous and c != after_pair):
-                    out.append((r, r + 2, [following, c]))
         return out
+
+    def _edited(self, first: int, end: int, text: str, spaced: bool, edited: Sequence[tuple[str, int]]) -> None:
+        """The one-edit forms of the plain term (a dropped or a swapped letter): nothing else obfuscated, so
+        that the lexicon's check of the edited spelling holds. Two plain chains share the work: ``plain[k]``
+        has read ``k`` characters of the term and no edit yet, ``after[k]`` the same with the edit made; each
+        edit leads from the first to the second. In a spaced view the symbol of a letter depends on the one
+        before it (``M`` for a double), so an edit is built only where it leaves the next symbol unchanged."""
+        symbols = form_symbols(text, spaced)
+        n = len(text)
+        if len(symbols) != n:  # a run of four or more of one letter: no edits
+            return
+        plain = [first] + [self._new() for _ in range(n)]
+        after = [self._new() for _ in range(n + 1)]
+        for k in range(n):
+            self._reader(plain[k], symbols[k], plain[k + 1])
+            self._reader(after[k], symbols[k], after[k + 1])
+        self.moves[after[n]].append((ALWAYS, end))
+
+        def doubles(i: int, before: str) -> bool:  # does text[i] read as a stretch mark after ``before``?
+            return spaced and text[i] == before
+
+        for kind, i in edited:
+            if kind == "drop":
+                if i + 1 < n and doubles(i + 1, text[i]) != doubles(i + 1, text[i - 1]):
+                    continue
+                self.moves[plain[i]].append((ALWAYS, after[i + 1]))
+            else:
+                if i + 2 < n and doubles(i + 2, text[i + 1]) != doubles(i + 2, text[i]):
+                    continue
+                swapped = [text[i + 1], text[i]]
+                second = STRETCH_MARK if spaced and swapped[1] == swapped[0] else swapped[1]
+                first_symbol = STRETCH_MARK if doubles(i + 1, text[i - 1]) else swapped[0]
+                self._chain(plain[i], [first_symbol, second], after[i + 2])
