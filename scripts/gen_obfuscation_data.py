@@ -23,8 +23,8 @@ matcher applies that normalisation before these tables):
   letter followed only by combining marks (category Mn); the folded forms, deduplicated and sorted.
 - ``default_ignorable`` ``[[lo, hi], ...]``: inclusive code-point ranges of the Unicode property
   Default_Ignorable_Code_Point, as the ``regex`` package reports it (its own Unicode version).
-- ``leet`` ``{letter: "chars"}``: common single-character leetspeak substitutions (digits and symbols
-  only, never letters or whitespace); sources in ``leet_source``.
+- ``leet`` ``{letter: "chars"}``: common single-character leetspeak substitutions (digits and symbols,
+  and the one letter ``v`` for ``u``; never whitespace); sources in ``leet_source``.
 - ``symbols`` ``{letter: "chars"}``: punctuation and symbols that look like an ASCII letter, read like its
   leetspeak (``b¡tch``): a single non-ASCII code point of category P* or S* whose confusables prototype is
   that letter (``∣`` → ``l``, ``×`` → ``x``, ``∪`` → ``u``), or a Latin-1 Supplement symbol (U+00A1–U+00BF,
@@ -66,7 +66,8 @@ BIDI_MARKS = str.maketrans("", "", "\u200e\u200f")
 #: (a @4, c (, e 3, g 6, i 1|!, o 0, s $5, t 7, z 2; its l → / is left out: "/" separates words);
 #: the basic tier of Omni Calculator's leet-speak table (a 4, b 8, e 3, g 6 9, i 1, o 0, s 5, t 7);
 #: Microsoft's parents' primer on leetspeak (l 1, s $, a 4, t 7, o 0); plus widely used forms
-#: b 6, c <, i |, l |, t +.
+#: b 6, c <, i |, l |, t +; and one letter, u → v (the Latin V for U: ``fvck``, ``svck``; the most frequent letter
+#: swap in the human-written tune data, bench/data/noisyhate — leet classes need two real letters besides it).
 LEET = {
     "a": "4@",
     "b": "86",
@@ -78,6 +79,7 @@ LEET = {
     "o": "0",
     "s": "5$",
     "t": "7+",
+    "u": "v",
     "z": "2",
 }
 LEET_SOURCE = (
@@ -85,7 +87,8 @@ LEET_SOURCE = (
     "(a @4, c (, e 3, g 6, i 1|!, o 0, s $5, t 7, z 2; its l → / left out); "
     "https://www.omnicalculator.com/what-letters-look-like-numbers basic tier (a 4, b 8, e 3, g 6 9, i 1, "
     "o 0, s 5, t 7); Microsoft 'Key points for learning leetspeek' (2005: l 1, s $, a 4, t 7, o 0); "
-    "added as widely used single characters: b 6, c <, i |, l |, t +"
+    "added as widely used single characters: b 6, c <, i |, l |, t +; the letter u → v (fvck), from the tune part "
+    "of bench/data/noisyhate"
 )
 
 
@@ -224,10 +227,15 @@ def vocalization_marks() -> list[list[int]]:
     return ranges
 
 
+#: The only letters leetspeak may write for another letter (each is a look-alike people use for it).
+LETTER_LEET = {("u", "v")}
+
+
 def check_leet() -> None:
     for letter, chars in LEET.items():
         for char in chars:
-            if char.isalpha() or char.isspace() or len(fold(char)) != 1 or fold(char) != char:
+            if ((char.isalpha() and (letter, char) not in LETTER_LEET) or char.isspace() or len(fold(char)) != 1
+                    or fold(char) != char):
                 raise SystemExit(f"leet {letter!r}: {char!r} is not a plain non-letter character")
 
 

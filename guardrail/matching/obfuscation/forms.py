@@ -19,9 +19,9 @@ added:
 - **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
   letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
 - **one edit** (``masked``): one inner letter dropped or two inner neighbours swapped in a term of
-  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``, ``whre``, ``pusy``) — unless the result
-  is a real word (``bestiality`` for ``beastiality``), becomes one with a doubled letter, or is another term of
-  the stream.
+  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``, ``whre``, ``pusy``, ``fuk``) — unless
+  the result is a real word (``bestiality`` for ``beastiality``), becomes one with a doubled letter, is another
+  term of the stream, or is three letters without a vowel (an abbreviation: ``clt``, ``sht``).
 
 "Real word" is :func:`~guardrail.matching.obfuscation.lexicon.lexicon` (a dictionary plus the most frequent
 words of the bundled lists' languages; ``scripts/gen_lexicon.py``), so the exceptions come from data.
@@ -39,7 +39,7 @@ from guardrail.wordlists.wordlist import MatchMode
 
 #: Terms with at least this many letters get one-edit forms: shorter ones have too many real-word
 #: neighbours (``rape`` → ``rap``, ``tape``…) for a dictionary to sort them out.
-MIN_EDIT_LETTERS = 5
+MIN_EDIT_LETTERS = 4
 #: A censor run that ends the form covers at least this many letters (``f***``, not ``a**``: markdown bold ends
 #: the same way, ``**plan a**``).
 MIN_END_CENSOR_RUN = 3
@@ -130,7 +130,13 @@ def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> 
     # too: the automaton reads doubled letters after an edit ("fiting" for "fisting" would read "fitting").
     return tuple(edit for form, edit in found if form != term and form not in others and not is_real_word(form, match)
                  and not any(form[:i + 1] + form[i:] != term and is_real_word(form[:i + 1] + form[i:], match)
-                             for i in range(len(form))))
+                             for i in range(len(form)))
+                 and (len(form) > 3 or any(c in VOWELS for c in form)))
+
+
+#: A three-letter edited form needs a vowel: without one it reads as an abbreviation (``clt``, ``sht``, ``smt``),
+#: with one as a spelling (``fuk``, ``dik``). Latin, Greek and Cyrillic vowels.
+VOWELS = frozenset("aeiouyαεηιοωυаеёиоуыэюяіїє")
 
 
 def edit_spellings(term: str, edited: Sequence[tuple[str, int]]) -> tuple[str, ...]:

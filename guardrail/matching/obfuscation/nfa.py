@@ -217,10 +217,12 @@ class ObfuscationNfa(Nfa):
         views = [view_of_term(t.normalized) for t in terms]
         runs = censor_runs(views)
         others = frozenset(views)
-        edited = [edits(v, t.match, others) if t.level.level >= ObfuscationLevel.MASKED else ()
-                  for t, v in zip(terms, views)]
-        joints = joined_letters([(v, t.match) for t, v in zip(terms, views)],
-                                [edit_spellings(v, e) for v, e in zip(views, edited)]) if spaced else \
+        # The rules ask the lexicon about the term as written (a Cyrillic word is looked up in Cyrillic); the
+        # automaton reads its view (look-alike letters folded), one character for one, so positions agree.
+        edited = [edits(t.normalized, t.match, others) if t.level.level >= ObfuscationLevel.MASKED else ()
+                  for t in terms]
+        joints = joined_letters([(t.normalized, t.match) for t in terms],
+                                [edit_spellings(t.normalized, e) for t, e in zip(terms, edited)]) if spaced else \
             [("", "")] * len(terms)
         with gc_paused():
             for term_id, term in enumerate(terms):
@@ -315,7 +317,7 @@ class ObfuscationNfa(Nfa):
         between = marks + (JOINT_MARK if spaced else "") + (EMPHASIS_MARKER if markup else "")
         # Run index -> index of its first character in ``text`` (doubling is decided per character).
         starts = [sum(r for _, r in runs[:i]) for i in range(n)] + [len(text)]
-        doubled = doubling_positions(text, term.match) if spaced else frozenset()
+        doubled = doubling_positions(term.normalized, term.match) if spaced else frozenset()
         edges = self._censor_edges(runs, starts, censored_runs)
         needed = {target for _, target, _ in edges}  # layers entered by a censor run (key EDITED)
         start = self._new()
@@ -325,8 +327,8 @@ class ObfuscationNfa(Nfa):
         layers: list[dict[tuple[int, int], int]] = [{(0, 0): first}]
         # Accented letters read as the term's plain one, except where that reads a real word ("merdé", "négro").
         spared: dict[int, set[str]] = {}
-        for word in lexicon().accented(text):
-            for k, (a, b) in enumerate(zip(word, text)):
+        for word in lexicon().accented(term.normalized):
+            for k, (a, b) in enumerate(zip(word, term.normalized)):
                 if a != b:
                     spared.setdefault(k, set()).add(a)
         for i, (c, run) in enumerate(runs):
@@ -391,7 +393,7 @@ class ObfuscationNfa(Nfa):
         if edited:
             self._edited(first, end, text, spaced, edited)
         if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
-            for form in one_real_letter_forms(text, term.match):
+            for form in one_real_letter_forms(term.normalized, term.match):
                 self._chain(first, form_symbols(form, spaced), end)
         accept = self._move(end, BEFORE_NONWORD) if term.match is MatchMode.WORD else end
         self.accepts[accept] = term_id
