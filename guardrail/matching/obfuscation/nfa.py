@@ -164,10 +164,12 @@ def combining_marks() -> str:
 
 
 #: The layer key of a node entered by a censor run (``_censor_edges``): real letters no longer counted (the run
-#: is read against the visible letters and the list), no second censor character.
-EDITED = (MIN_REAL_LETTERS, 1)
-#: The censor characters as one class.
+#: is read against the visible letters and the list), no second censor character, and no ``*`` read through
+#: after it (``t**t`` is ``twat``'s run, not ``tit``'s ``t*t`` with a markdown star).
+EDITED = (MIN_REAL_LETTERS, 2)
+#: The censor characters as one class, and those that abbreviations and hyphenated words do not hold.
 CENSOR = "".join(sorted(CENSOR_CHARS))
+GRAWLIX = "".join(sorted(CENSOR_CHARS - set(".-_")))
 
 #: The emphasis marker read between two letters of a term with ``+markup`` (``f**u**ck``); the view drops the
 #: others (``_``, ``~``).
@@ -360,7 +362,8 @@ class ObfuscationNfa(Nfa):
                         middle = self._new()
                         self._reader(found, STRETCH_MARK, middle)
                         self._reader(middle, STRETCH_MARK_3, found)
-                    self._reader(found, loop + STRETCH_MARK_3 if stretch and not single else loop, found)
+                    looped = loop.replace(EMPHASIS_MARKER, "") if key == EDITED else loop
+                    self._reader(found, looped + STRETCH_MARK_3 if stretch and not single else looped, found)
                 return found
 
             for (real_count, censored), here in layers[-1].items():
@@ -385,13 +388,13 @@ class ObfuscationNfa(Nfa):
         for (real_count, _), here in layers[-1].items():
             if real_count >= MIN_REAL_LETTERS:
                 self.moves[here].append((ALWAYS, end))
-        for source_layer, target_layer, symbols in edges:
-            # the letters before the run all real (the run is read against the visible letters: censor_runs)
-            source = layers[source_layer].get((min(source_layer, MIN_REAL_LETTERS), 0))
-            if source is not None:
-                self._chain(source, symbols, layers[target_layer][EDITED])
-        if edited:
-            self._edited(first, end, text, spaced, edited)
+        plain = self._plain(first, text, spaced) if edges or edited else []
+        for start_char, target_layer, symbols in edges if plain else ():
+            # the letters before the run as they are (the run is read against the visible letters: censor_runs),
+            # and nothing read through between them and the run (t**t is not tit's t*t with a markdown star)
+            self._chain(plain[start_char], symbols, layers[target_layer][EDITED])
+        if edited and plain:
+            self._edited(plain, end, text, spaced, edited)
         if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
             for form in one_real_letter_forms(term.normalized, term.match):
                 self._chain(first, form_symbols(form, spaced), end)
@@ -403,54 +406,55 @@ class ObfuscationNfa(Nfa):
                 self._chain(self._move(start, AFTER_NONWORD), [before, JOINT_MARK], first)
             if after and term.match is MatchMode.WORD:
                 joined = self._new()
-                self._chain(end, [JOINT_MARK, after], joined)
+                # the letter after the joint is the view's stretch mark when it repeats the term's last letter
+                # ("w h o r e e": the joint does not break the run of "e")
+                self._chain(end, [JOINT_MARK, after + (STRETCH_MARK if text[-1] in after else "")], joined)
                 self.moves[joined].append((BEFORE_NONWORD, accept))
         return start
 
     @staticmethod
     def _censor_edges(runs: Sequence[tuple[str, int]], starts: Sequence[int], censored_runs: Sequence[tuple[int, int]]
                       ) -> list[tuple[int, int, list[str]]]:
-        """The censor runs as ``(from layer, to layer, symbols read)`` over the layered path's positions (runs
-        in a spaced view); a run that hides half of a double reads the other half as the letter alone."""
+        """The censor runs as ``(start character, to layer, symbols read)``: from the plain term's chain after
+        its first ``start`` characters to the layered path's position after the run (runs in a spaced view); a
+        run that hides the first half of a double reads the other half as the letter alone."""
         layer_of = {start: i for i, start in enumerate(starts)}
         # Half of a double: the position after its first letter, and what is read there (the letter alone).
         inside = {starts[i] + 1: i for i, (_, run) in enumerate(runs) if run == 2}
         out: list[tuple[int, int, list[str]]] = []
         for start, length in censored_runs:
             end = start + length
-            head: list[str] = []
-            tail: list[str] = []
-            if start in layer_of:
-                source = layer_of[start]
-            elif start in inside:  # the run hides the second letter of a double: its first is read alone
-                source = inside[start]
-                head = [runs[source][0]]
-            else:
-                continue
+            # one hidden letter of a three-letter term: not "." "-" "_", which abbreviations hold ("a.s", "c.m")
+            hidden = [CENSOR if length > 1 else GRAWLIX] * length
             if end in layer_of:
-                target = layer_of[end]
+                out.append((start, layer_of[end], hidden))
             elif end in inside:  # the run hides the first letter of a double: its second is read alone ("p**sy")
-                target = inside[end] + 1
-                tail = [runs[inside[end]][0]]
-            else:
-                continue
-            out.append((source, target, head + [CENSOR] * length + tail))
+                out.append((start, inside[end] + 1, hidden + [runs[inside[end]][0]]))
         return out
 
-    def _edited(self, first: int, end: int, text: str, spaced: bool, edited: Sequence[tuple[str, int]]) -> None:
+    def _plain(self, first: int, text: str, spaced: bool) -> list[int]:
+        """A chain reading the plain term (in a spaced view, a double's second letter as the stretch mark):
+        ``plain[k]`` has read its first ``k`` characters; ``[]`` for a term with a run of four or more of one
+        letter (no rule-made form then)."""
+        symbols = form_symbols(text, spaced)
+        if len(symbols) != len(text):
+            return []
+        plain = [first] + [self._new() for _ in text]
+        for k, symbol in enumerate(symbols):
+            self._reader(plain[k], symbol, plain[k + 1])
+        return plain
+
+    def _edited(self, plain: Sequence[int], end: int, text: str, spaced: bool, edited: Sequence[tuple[str, int]]
+                ) -> None:
         """The one-edit forms of the plain term (a dropped or a swapped letter): nothing else obfuscated, so
-        that the lexicon's check of the edited spelling holds. Two plain chains share the work: ``plain[k]``
-        has read ``k`` characters of the term and no edit yet, ``after[k]`` the same with the edit made; each
+        that the lexicon's check of the edited spelling holds. The plain chain (``plain[k]``: ``k`` characters
+        read, no edit yet) and a second one, ``after[k]`` (the same with the edit made), share the work: each
         edit leads from the first to the second. In a spaced view the symbol of a letter depends on the one
         before it (``M`` for a double), so an edit is built only where it leaves the next symbol unchanged."""
         symbols = form_symbols(text, spaced)
         n = len(text)
-        if len(symbols) != n:  # a run of four or more of one letter: no edits
-            return
-        plain = [first] + [self._new() for _ in range(n)]
         after = [self._new() for _ in range(n + 1)]
         for k in range(n):
-            self._reader(plain[k], symbols[k], plain[k + 1])
             self._reader(after[k], symbols[k], after[k + 1])
         self.moves[after[n]].append((ALWAYS, end))
 

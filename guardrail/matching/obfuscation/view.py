@@ -82,7 +82,7 @@ _DELIMITERS = frozenset("_~")
 # different separator buffered (is that letter the run's last, or the first of a word written with symbols?),
 # and after symbols that stand for letters right after a word ("wh**"): a letter there continues that word.
 _N0, _N1, _W, _S1, _S2, _S3, _G = range(7)
-_FRESH, _GLUED = (_N0, (), False, ()), (_G, (), False, ())
+_FRESH, _GLUED = (_N0, (), False, (), False), (_G, (), False, (), False)
 #: Symbols standing for letters read after a single letter before deciding whether they glue it to a word
 #: (``a a**hole``, ``b*****d``).
 MAX_GLUE_SYMBOLS = 8
@@ -95,7 +95,7 @@ class ViewState(NamedTuple):
         markup: ``(kind, data, start)`` of the markup stage (``data``: buffered items or a count; ``start``: the
             source index of the ``<`` or ``&`` that opened it; for text and a run of ``_``, what the character
             before was: a space or the text start, a word character, or another character).
-        spaced: ``(phase, items, first_olw, held)`` of the spaced-run stage (``View._spaced``).
+        spaced: ``(phase, items, first_olw, held, second)`` of the spaced-run stage (``View._spaced``).
         stretch: ``(last character, its run so far, at most 3)`` of the stretch stage.
     """
 
@@ -106,7 +106,7 @@ class ViewState(NamedTuple):
 
 # What the markup stage emitted last (a run of "_" is emphasis unless it stands inside a word or alone).
 _SPACE, _WORD, _PUNCT = range(3)
-START = ViewState((_TEXT, (), _SPACE), (_N0, (), False, ()), ("", 0))
+START = ViewState((_TEXT, (), _SPACE), _FRESH, ("", 0))
 _TEXT_AFTER = {kind: (_TEXT, (), kind) for kind in (_SPACE, _WORD, _PUNCT)}
 
 
@@ -219,11 +219,13 @@ class View:
 
     @staticmethod
     def _spaced(spaced: tuple, item: Item, out: list[Item]) -> tuple:
-        """The spaced-run stage (module docstring). ``spaced`` is ``(phase, items, first_olw, held)``: the
-        buffered separator, letter and second separator; whether the run so far is one one-letter word; and a
+        """The spaced-run stage (module docstring). ``spaced`` is ``(phase, items, first_olw, held, second)``: the
+        buffered separator, letter and second separator; whether the run so far is one one-letter word; a
         one-letter word of the run that is not emitted yet because only the next letters tell whether it is the
-        run's last (then a joint mark goes before it: ``s h i t a lot``) or not."""
-        phase, items, first_olw, held = spaced
+        run's last (then a joint mark goes before it: ``s h i t a lot``) or not; and whether the buffered letter
+        is the run's second (two letters around a censor character are a censored word, ``t*t``, ``f*g``, not a
+        run: a run with ``* . - _ •`` needs three letters)."""
+        phase, items, first_olw, held, second = spaced
         char = item[0]
         letter_now = _is_letter(char)
         fresh = _FRESH
@@ -231,7 +233,10 @@ class View:
             sep, letter = items[0], items[1]
             if phase == _S3 and not letter_now:
                 if char in _letter_symbols() and len(items) < 2 + MAX_GLUE_SYMBOLS:  # "a a**hole": wait on
-                    return (_S3, items + (item,), first_olw, held)
+                    return (_S3, items + (item,), first_olw, held, second)
+                if second and sep[0] in CENSOR_CHARS:  # "t*t" followed by symbols: a censored word, no run
+                    out.extend(items)
+                    return View._spaced(_GLUED, item, out)
                 # the letter ends the run; the symbols after it are text, glued to it
                 View._release(sep, held, first_olw, False, out)
                 View._joined(sep, letter, (first_olw and not held) or letter[0] in ONE_LETTER_WORDS, out)
@@ -244,7 +249,7 @@ class View:
                 out.append(sep)
                 if phase == _S2:
                     out.extend((letter, item))
-                    return (_W, (), False, ())
+                    return (_W, (), False, (), False)
                 state = fresh
                 for buffered in (letter, *items[2:], item):
                     state = View._spaced(state, buffered, out)
@@ -253,31 +258,34 @@ class View:
                 View._release(sep, held, first_olw, False, out)
                 joint = first_olw and not held
                 if letter[0] in ONE_LETTER_WORDS:
-                    return (_S1, (item,), joint, (letter,))
+                    return (_S1, (item,), joint, (letter,), False)
                 View._joined(sep, letter, joint, out)
-                return (_S1, (item,), False, ())
+                return (_S1, (item,), False, (), False)
             if char in _letter_symbols():  # may glue the letter to a word: "a f*ck", "x b!tch", "I f-u-c-k"
-                return (_S3, (sep, letter, item), first_olw, held)
+                return (_S3, (sep, letter, item), first_olw, held, second)
+            if second and sep[0] in CENSOR_CHARS:  # "t*t", "f*g.": a censored word, no run
+                out.extend((sep, letter, item))
+                return _GLUED if char in _letter_symbols() else fresh
             View._release(sep, held, first_olw, False, out)  # the run's last letter, then other text
             View._joined(sep, letter, (first_olw and not held) or letter[0] in ONE_LETTER_WORDS, out)
             out.append(item)
             return _GLUED if char in _letter_symbols() else fresh
         if phase == _S1:
             if letter_now:
-                return (_S2, (items[0], item), first_olw, held)
+                return (_S2, (items[0], item), first_olw, held, second)
             View._release(items[0], held, first_olw, True, out)
             out.append(items[0])  # no run: the separator is text, glued to the letter before it if a symbol
             return View._spaced(_GLUED if items[0][0] in _letter_symbols() else fresh, item, out)
         if letter_now:
             out.append(item)
             if phase == _N0:
-                return (_N1, (), char in ONE_LETTER_WORDS, ())
-            return (_W, (), False, ())  # inside a word, or glued to one by symbols ("wh**e")
+                return (_N1, (), char in ONE_LETTER_WORDS, (), False)
+            return (_W, (), False, (), False)  # inside a word, or glued to one by symbols ("wh**e")
         if phase == _N1 and char in SEPARATORS:
-            return (_S1, (item,), first_olw, ())
+            return (_S1, (item,), first_olw, (), True)
         out.append(item)
         if phase in (_W, _N1, _G) and char in _letter_symbols():
-            return (_G, (), False, ())
+            return _GLUED
         return fresh
 
     @staticmethod
@@ -314,11 +322,13 @@ class View:
                 state = self._text(state, item, out)
         if not self.spaced:
             return
-        phase, items, first_olw, held = state.spaced
+        phase, items, first_olw, held, second = state.spaced
         emitted: list[Item] = []
         if phase == _S1:
             self._release(items[0], held, first_olw, True, emitted)
             emitted.append(items[0])
+        elif phase in (_S2, _S3) and second and items[0][0] in CENSOR_CHARS:  # "t*t": a censored word
+            emitted.extend(items)
         elif phase in (_S2, _S3):
             self._release(items[0], held, first_olw, False, emitted)
             letter = items[1]
