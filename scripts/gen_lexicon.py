@@ -20,7 +20,7 @@ wordfreq's ranks beyond :data:`TOP_N`, and every word with a digit or a symbol.
 
 The output is a ``marisa_trie.Trie`` of all of them (memory-mapped at run time: a few MB of disk, nearly no
 memory), and ``common_en.txt``, wordfreq's :data:`TOP_N` most frequent English words (letters only, one a
-line): a rule that only matters for what people write (a letter beside a spaced form: ``a c o c k`` is "a
+line, most frequent first): a rule that only matters for what people write (a letter beside a spaced form: ``a c o c k`` is "a
 cock", though the dictionary has the archaic ``acock``; ``b a s t a r d I`` is not Italian ``bastardi``) asks
 for those; and ``accented.marisa``, the real words with accents by their spelling without (``merde`` →
 ``merdé``), so that an accented letter is not read as a term's plain one where that reads a real word. All
@@ -96,7 +96,8 @@ def accented(found: set[str]) -> dict[str, list[str]]:
 
 
 def common_english() -> list[str]:
-    return sorted({w for w in map(fold, wordfreq.top_n_list("en", TOP_N)) if _kept(w)})
+    """The most frequent English words, most frequent first (a rule may take the top of the list)."""
+    return list(dict.fromkeys(w for w in map(fold, wordfreq.top_n_list("en", TOP_N)) if _kept(w)))
 
 
 def manifest(count: int) -> dict:

@@ -19,10 +19,10 @@ added:
   is also the end of markdown bold, ``**plan a**``);
 - **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
   letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
-- **one edit** (``masked``): one inner letter dropped or two inner neighbours swapped in a term of
-  :data:`MIN_EDIT_LETTERS` letters or more (``masturbaton``, ``bastrad``, ``whre``, ``pusy``, ``fuk``) — unless
-  the result is a real word (``bestiality`` for ``beastiality``), becomes one with a doubled letter, is another
-  term of the stream, or is three letters without a vowel (an abbreviation: ``clt``, ``sht``).
+- **one edit** (``masked``): one letter dropped or two neighbours swapped in a term of :data:`MIN_EDIT_LETTERS`
+  letters or more, its first :data:`EDIT_KEEPS` letters and its last one kept (``masturbaton``, ``bastrd``,
+  ``pusy``, ``bolocks``) — unless the result is a real word (``bestiality`` for ``beastiality``), becomes one
+  with a doubled letter, or is another term of the stream.
 
 "Real word" is :func:`~guardrail.matching.obfuscation.lexicon.lexicon` (a dictionary plus the most frequent
 words of the bundled lists' languages; ``scripts/gen_lexicon.py``), so the exceptions come from data.
@@ -38,6 +38,12 @@ from guardrail.matching.obfuscation import CENSOR_CHARS, ONE_LETTER_WORDS, data
 from guardrail.matching.obfuscation.lexicon import lexicon
 from guardrail.wordlists.wordlist import MatchMode
 
+#: An edit at or after this letter leaves the term's beginning as it is, so the form adds no new beginning that
+#: ordinary words share; an edit before it is kept only if the form does not begin like one of the
+#: :data:`COMMON_BEGINNINGS` most frequent English words ("theesome" for "threesome" would begin like "the",
+#: and the decoder would hold back every "the": bench/obfuscation.py, costs, extra hold-back on plain prose).
+EDIT_KEEPS = 3
+COMMON_BEGINNINGS = 2000
 #: Terms with at least this many letters get one-edit forms: shorter ones have too many real-word
 #: neighbours (``rape`` → ``rap``, ``tape``…) for a dictionary to sort them out.
 MIN_EDIT_LETTERS = 4
@@ -116,9 +122,9 @@ def censor_runs(terms: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
 
 def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[tuple[str, int], ...]:
     """One-edit forms of a long ``term`` as ``(kind, i)``: ``("drop", i)`` drops letter ``i``, ``("swap", i)``
-    swaps letters ``i`` and ``i + 1``; inner letters only (the first and the last stay, as readers rely on
-    them), minus forms that are real words or one of the stream's other terms (``others``); ``()`` for terms
-    under :data:`MIN_EDIT_LETTERS` letters."""
+    swaps letters ``i`` and ``i + 1``; the first :data:`EDIT_KEEPS` letters and the last one stay (readers rely
+    on a word's ends), minus forms that are real words (also with one letter doubled) or one of the stream's
+    other terms (``others``); ``()`` for terms under :data:`MIN_EDIT_LETTERS` letters."""
     if len(term) < MIN_EDIT_LETTERS or not term.isalpha():
         return ()
     found: list[tuple[str, tuple[str, int]]] = []
@@ -126,6 +132,11 @@ def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> 
         found.append((term[:i] + term[i + 1:], ("drop", i)))
     for i in range(1, len(term) - 2):
         found.append((term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i)))
+    # An edit near the start must not make the form begin like ordinary text ("theesome" for "threesome"
+    # begins like "the"): the decoder would hold back every "the" it writes (bench/obfuscation.py, costs).
+    usual = lexicon().common_beginnings(COMMON_BEGINNINGS)
+    found = [(form, (kind, i)) for form, (kind, i) in found
+             if i >= EDIT_KEEPS or form[:i + 1] not in usual]
     # Every edit that spells an allowed form (dropping either letter of a double gives one form; the NFA of a
     # spaced view can build only one of them). A form that a doubled letter turns into a real word is left out
     # too: the automaton reads doubled letters after an edit ("fiting" for "fisting" would read "fitting").
@@ -135,8 +146,8 @@ def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> 
                  and (len(form) > 3 or any(c in VOWELS for c in form)))
 
 
-#: A three-letter edited form needs a vowel: without one it reads as an abbreviation (``clt``, ``sht``, ``smt``),
-#: with one as a spelling (``fuk``, ``dik``). Latin, Greek and Cyrillic vowels.
+#: A three-letter edited form needs a vowel: without one it reads as an abbreviation or a model number (``clt``,
+#: ``sht``, ``smt``); with one as a spelling (``fuk``). Latin, Greek and Cyrillic vowels.
 VOWELS = frozenset("aeiouyαεηιοωυаеёиоуыэюяіїє")
 
 
@@ -163,33 +174,27 @@ def joined_letters(terms: Sequence[tuple[str, MatchMode]], edited: Sequence[Sequ
     ``bastardi``). For a ``prefix`` term only the left side counts, and no common English word may begin with
     the letter and the term.
 
-    One pass over the common words for all the terms (``terms``: the normalised text and match mode of each;
-    ``edited``: per term, its one-edit forms, which take the letters beside them too).
+    ``terms``: the normalised text and match mode of each; ``edited``: per term, its one-edit forms, which take
+    the letters beside them too. Lookups in the lexicon's indexes of common words (``Lexicon.common_cuts``).
     """
     spellings = [[term] + [term[:i + 1] + term[i:] for i in sorted(doubling_positions(term, match))]
                  + [v for f in (edited[k] if edited else ()) for v in (f, *(f[:i + 1] + f[i:] for i in range(len(f))))]
                  for k, (term, match) in enumerate(terms)]
-    word_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.WORD for v in vs}
-    prefix_spelling = {v for (_, match), vs in zip(terms, spellings) if match is MatchMode.PREFIX for v in vs}
-    prefix_lengths = sorted({len(v) for v in prefix_spelling})
-    before: dict[str, set[str]] = {}
-    after: dict[str, set[str]] = {}
-    for word in lexicon().common_english:
-        if word[1:] in word_spelling:
-            before.setdefault(word[1:], set()).add(word[0])
-        if word[:-1] in word_spelling:
-            after.setdefault(word[:-1], set()).add(word[-1])
-        if word[1:-1] in word_spelling:  # a letter on each side
-            before.setdefault(word[1:-1], set()).add(word[0])
-            after.setdefault(word[1:-1], set()).add(word[-1])
-        for length in prefix_lengths:
-            if word[1:1 + length] in prefix_spelling:
-                before.setdefault(word[1:1 + length], set()).add(word[0])
+    after_first, before_last, middles = lexicon().common_cuts
     letters = sorted(ONE_LETTER_WORDS)
     out = []
     for (_, match), vs in zip(terms, spellings):
-        banned_before = set().union(*(before.get(v, ()) for v in vs))
-        banned_after = set().union(*(after.get(v, ()) for v in vs))
+        banned_before: set[str] = set()
+        banned_after: set[str] = set()
+        for v in vs:
+            if match is MatchMode.PREFIX:  # no common word may begin with the letter and the term
+                banned_before |= lexicon().first_letters_before(v)
+                continue
+            banned_before |= after_first.get(v, set())
+            banned_after |= before_last.get(v, set())
+            for x, y in middles.get(v, ()):  # a letter on each side must not spell one either ("d r a p e r")
+                banned_before.add(x)
+                banned_after.add(y)
         out.append(("".join(x for x in letters if x not in banned_before),
                     "" if match is not MatchMode.WORD else "".join(y for y in letters if y not in banned_after)))
     return out

@@ -12,6 +12,7 @@ words (``common_en.txt``), for the rules that only matter for what people write.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from pathlib import Path
 
@@ -51,9 +52,49 @@ class Lexicon:
         return next(self._trie.iterkeys(prefix), None) is not None
 
     @functools.cached_property
+    def _common_ranked(self) -> list[str]:
+        return self._common_path.read_text("utf-8").split()
+
+    @functools.cached_property
     def common_english(self) -> frozenset[str]:
         """wordfreq's most frequent English words (~30k: a few MB, read on first use)."""
-        return frozenset(self._common_path.read_text("utf-8").split())
+        return frozenset(self._common_ranked)
+
+    @functools.cache  # noqa: B019 - one lexicon per process
+    def common_beginnings(self, top: int) -> frozenset[str]:
+        """Every beginning (prefix) of the ``top`` most frequent English words: text begins like these all the
+        time, so a form that begins like one keeps text held back (``forms.edits``)."""
+        return frozenset(w[:k] for w in self._common_ranked[:top] for k in range(1, len(w) + 1))
+
+    @functools.cached_property
+    def common_cuts(self) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[tuple[str, str]]]]:
+        """The common English words cut around a middle: ``w[1:]`` → first letters, ``w[:-1]`` → last letters,
+        ``w[1:-1]`` → ``(first, last)`` pairs (what a letter beside a spaced form must not spell with it:
+        ``forms.joined_letters``). Built once per process (~0.1 s)."""
+        after_first: dict[str, set[str]] = {}
+        before_last: dict[str, set[str]] = {}
+        middles: dict[str, set[tuple[str, str]]] = {}
+        for word in self.common_english:
+            after_first.setdefault(word[1:], set()).add(word[0])
+            before_last.setdefault(word[:-1], set()).add(word[-1])
+            if len(word) > 2:
+                middles.setdefault(word[1:-1], set()).add((word[0], word[-1]))
+        return after_first, before_last, middles
+
+    @functools.cached_property
+    def _common_tails(self) -> list[str]:
+        return sorted(w[1:] + "\0" + w[0] for w in self.common_english)
+
+    def first_letters_before(self, prefix: str) -> set[str]:
+        """The first letters of the common English words whose rest starts with ``prefix`` (``x`` for which
+        ``x + prefix`` begins a common word)."""
+        tails = self._common_tails
+        found = set()
+        for i in range(bisect.bisect_left(tails, prefix), len(tails)):
+            if not tails[i].startswith(prefix):
+                break
+            found.add(tails[i][-1])
+        return found
 
     def accented(self, plain: str) -> list[str]:
         """The real words spelled ``plain`` once their accents are off (``merde`` → ``merdé``)."""

@@ -389,10 +389,20 @@ class ObfuscationNfa(Nfa):
             if real_count >= MIN_REAL_LETTERS:
                 self.moves[here].append((ALWAYS, end))
         plain = self._plain(first, text, spaced) if edges or edited else []
-        for start_char, target_layer, symbols in edges if plain else ():
-            # the letters before the run as they are (the run is read against the visible letters: censor_runs),
-            # and nothing read through between them and the run (t**t is not tit's t*t with a markdown star)
-            self._chain(plain[start_char], symbols, layers[target_layer][EDITED])
+        ladders: dict[tuple[int, str], list[int]] = {}
+        for start_char, target_layer, (hidden, length, tail) in edges if plain else ():
+            # From the letters before the run as they are (the run is read against the visible letters:
+            # censor_runs), nothing read through between them and the run (t**t is not tit's t*t with a
+            # markdown star): one ladder of censor characters per start, left after each allowed length.
+            ladder = ladders.setdefault((start_char, hidden), [plain[start_char]])
+            while len(ladder) <= length:
+                ladder.append(self._new())
+                self._reader(ladder[-2], hidden, ladder[-1])
+            target = layers[target_layer][EDITED]
+            if tail:
+                self._reader(ladder[length], tail, target)
+            else:
+                self.moves[ladder[length]].append((ALWAYS, target))
         if edited and plain:
             self._edited(plain, end, text, spaced, edited)
         if level >= ObfuscationLevel.LEET:  # whole leet forms of a short term that keep one real letter
@@ -414,22 +424,23 @@ class ObfuscationNfa(Nfa):
 
     @staticmethod
     def _censor_edges(runs: Sequence[tuple[str, int]], starts: Sequence[int], censored_runs: Sequence[tuple[int, int]]
-                      ) -> list[tuple[int, int, list[str]]]:
-        """The censor runs as ``(start character, to layer, symbols read)``: from the plain term's chain after
-        its first ``start`` characters to the layered path's position after the run (runs in a spaced view); a
-        run that hides the first half of a double reads the other half as the letter alone."""
+                      ) -> list[tuple[int, int, tuple[str, int, str]]]:
+        """The censor runs as ``(start character, to layer, (censor class, length, letter after))``: from the
+        plain term's chain after its first ``start`` characters to the layered path's position after the run
+        (runs in a spaced view); a run that hides the first half of a double reads the other half as the letter
+        alone."""
         layer_of = {start: i for i, start in enumerate(starts)}
         # Half of a double: the position after its first letter, and what is read there (the letter alone).
         inside = {starts[i] + 1: i for i, (_, run) in enumerate(runs) if run == 2}
-        out: list[tuple[int, int, list[str]]] = []
+        out: list[tuple[int, int, tuple[str, int, str]]] = []
         for start, length in censored_runs:
             end = start + length
             # one hidden letter of a three-letter term: not "." "-" "_", which abbreviations hold ("a.s", "c.m")
-            hidden = [CENSOR if length > 1 else GRAWLIX] * length
+            hidden = CENSOR if length > 1 else GRAWLIX
             if end in layer_of:
-                out.append((start, layer_of[end], hidden))
+                out.append((start, layer_of[end], (hidden, length, "")))
             elif end in inside:  # the run hides the first letter of a double: its second is read alone ("p**sy")
-                out.append((start, inside[end] + 1, hidden + [runs[inside[end]][0]]))
+                out.append((start, inside[end] + 1, (hidden, length, runs[inside[end]][0])))
         return out
 
     def _plain(self, first: int, text: str, spaced: bool) -> list[int]:
