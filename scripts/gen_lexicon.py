@@ -20,11 +20,11 @@ wordfreq's ranks beyond :data:`TOP_N`, and every word with a digit or a symbol.
 
 The output is a ``marisa_trie.Trie`` of all of them (memory-mapped at run time: a few MB of disk, nearly no
 memory), and ``common_en.txt``, wordfreq's :data:`TOP_N` most frequent English words (letters only, one a
-line, most frequent first): a rule that only matters for what people write (a letter beside a spaced form: ``a c o c k`` is "a
-cock", though the dictionary has the archaic ``acock``; ``b a s t a r d I`` is not Italian ``bastardi``) asks
-for those; and ``accented.marisa``, the real words with accents by their spelling without (``merde`` →
-``merdé``), so that an accented letter is not read as a term's plain one where that reads a real word. All
-are deterministic for given package versions, and ``lexicon.json`` records them.
+line, most frequent first): a rule that only matters for what people write (a letter beside a spaced form:
+``a c o c k`` is "a cock", though the dictionary has the archaic ``acock``; ``b a s t a r d I`` is not
+Italian ``bastardi``) asks for those; and ``accented.marisa``, the real words with accents by their spelling
+without (``merde`` → ``merdé``), so that an accented letter is not read as a term's plain one where that reads
+a real word. All are deterministic for given package versions, and ``lexicon.json`` records them.
 
 Usage: python scripts/gen_lexicon.py [--check]
 """

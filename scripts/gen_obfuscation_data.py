@@ -214,8 +214,13 @@ def symbols() -> dict[str, str]:
             for letter, chars in sorted(found.items()) if any(fold(c) == c for c in chars)}
 
 
+#: The nonspacing marks of the Arabic and Hebrew scripts, none that Latin uses too (``regex`` V1 set syntax).
+VOCALIZATION_MARKS = (r"[[\p{Script_Extensions=Arabic}\p{Script_Extensions=Hebrew}]&&\p{Mn}"
+                      r"--\p{Script_Extensions=Latin}]")
+
+
 def vocalization_marks() -> list[list[int]]:
-    pattern = regex.compile(r"[[\p{Script_Extensions=Arabic}\p{Script_Extensions=Hebrew}]&&\p{Mn}--\p{Script_Extensions=Latin}]", regex.V1)
+    pattern = regex.compile(VOCALIZATION_MARKS, regex.V1)
     everything = "".join(map(chr, range(0x110000)))
     ranges: list[list[int]] = []
     for match in pattern.finditer(everything):
@@ -269,7 +274,7 @@ def build(marked: bool = True) -> tuple[dict, list[str]]:
         "vocalization_marks": vocalization_marks(),
         "vocalization_marks_source": {"package": "regex", "version": package_version("regex"),
                                       "unicode_version": regex_unicode_version(),
-                                      "property": "[[\\p{Script_Extensions=Arabic}\\p{Script_Extensions=Hebrew}]&&\\p{Mn}--\\p{Script_Extensions=Latin}]"},
+                                      "property": VOCALIZATION_MARKS},
     }
     return data, conflicts
 

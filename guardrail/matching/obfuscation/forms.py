@@ -11,12 +11,11 @@ added:
 - **one real letter** (``leet``): a three-letter term with two of its letters in leetspeak (``4ss``, ``a$$``)
   — unless the form has two digits or more (a number or a model number: ``45s``, ``A55``, ``B52``) or is a
   real word;
-- **censor runs** (``masked``): a run of censor characters for two or more letters, not the first
-  (``f**k``, ``b***h``, ``f***``) or the one inner letter of a three-letter term (``f*g``; not with ``.`` ``-`` ``_``, which
-  abbreviations hold: ``a.s``), where exactly one
-  term of the stream fits the visible letters and the length (never the first letter: ``*`` is also markdown,
-  which the markup view reads through); a run that reaches the end must cover three letters or more (``a**``
-  is also the end of markdown bold, ``**plan a**``);
+- **censor runs** (``masked``): a run of censor characters for two or more letters, not the first (``f**k``,
+  ``b***h``, ``f***``), or the one inner letter of a three-letter term (``f*g``; not with ``.`` ``-`` ``_``,
+  which abbreviations hold: ``a.s``), where exactly one term of the stream fits the visible letters and the
+  length (never the first letter: ``*`` is also markdown, which the markup view reads through); a run that
+  reaches the end must cover three letters or more (``a**`` is also the end of markdown bold, ``**plan a**``);
 - **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
   letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
 - **one edit** (``masked``): one letter dropped or two neighbours swapped in a term of :data:`MIN_EDIT_LETTERS`
