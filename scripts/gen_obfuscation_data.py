@@ -23,8 +23,19 @@ matcher applies that normalisation before these tables):
   letter followed only by combining marks (category Mn); the folded forms, deduplicated and sorted.
 - ``default_ignorable`` ``[[lo, hi], ...]``: inclusive code-point ranges of the Unicode property
   Default_Ignorable_Code_Point, as the ``regex`` package reports it (its own Unicode version).
-- ``leet`` ``{letter: "chars"}``: common single-character leetspeak substitutions (digits and symbols
-  only, never letters or whitespace); sources in ``leet_source``.
+- ``leet`` ``{letter: "chars"}``: common single-character leetspeak substitutions (digits and symbols,
+  and the one letter ``v`` for ``u``; never whitespace); sources in ``leet_source``.
+- ``symbols`` ``{letter: "chars"}``: punctuation and symbols that look like an ASCII letter, read like its
+  leetspeak (``b¡tch``): a single non-ASCII code point of category P* or S* whose confusables prototype is
+  that letter (``∣`` → ``l``, ``×`` → ``x``, ``∪`` → ``u``), or a Latin-1 Supplement symbol (U+00A1–U+00BF,
+  U+00D7, U+00F7: the ones keyboards type) whose transliteration by the ``anyascii`` package is one of the
+  letter's leetspeak characters (``¡`` → ``!`` → ``i``, ``¦`` → ``|`` → ``i``, ``l``). Characters NFKC folds
+  to ASCII are left out (the normalisation already reads them).
+- ``vocalization_marks`` ``[[lo, hi], ...]``: the nonspacing marks (category Mn) of the Arabic and Hebrew
+  scripts (Script_Extensions, so the harakat shared with Syriac count; none also used by Latin), as the ``regex``
+  package reports them: harakat, shadda, sukun, Hebrew points and cantillation.
+  Words are written with or without them (``سَكس`` is ``سكس``), so the normalisation drops them, like
+  default-ignorable code points.
 
 Usage: python scripts/gen_obfuscation_data.py [--output PATH] [--check]
 """
@@ -55,7 +66,8 @@ BIDI_MARKS = str.maketrans("", "", "\u200e\u200f")
 #: (a @4, c (, e 3, g 6, i 1|!, o 0, s $5, t 7, z 2; its l → / is left out: "/" separates words);
 #: the basic tier of Omni Calculator's leet-speak table (a 4, b 8, e 3, g 6 9, i 1, o 0, s 5, t 7);
 #: Microsoft's parents' primer on leetspeak (l 1, s $, a 4, t 7, o 0); plus widely used forms
-#: b 6, c <, i |, l |, t +.
+#: b 6, c <, i |, l |, t +; and one letter, u → v (the Latin V for U: ``fvck``, ``svck``; the most frequent letter
+#: swap in the human-written tune data, bench/data/noisyhate — leet classes need two real letters besides it).
 LEET = {
     "a": "4@",
     "b": "86",
@@ -67,6 +79,7 @@ LEET = {
     "o": "0",
     "s": "5$",
     "t": "7+",
+    "u": "v",
     "z": "2",
 }
 LEET_SOURCE = (
@@ -74,7 +87,8 @@ LEET_SOURCE = (
     "(a @4, c (, e 3, g 6, i 1|!, o 0, s $5, t 7, z 2; its l → / left out); "
     "https://www.omnicalculator.com/what-letters-look-like-numbers basic tier (a 4, b 8, e 3, g 6 9, i 1, "
     "o 0, s 5, t 7); Microsoft 'Key points for learning leetspeek' (2005: l 1, s $, a 4, t 7, o 0); "
-    "added as widely used single characters: b 6, c <, i |, l |, t +"
+    "added as widely used single characters: b 6, c <, i |, l |, t +; the letter u → v (fvck), from the tune part "
+    "of bench/data/noisyhate"
 )
 
 
@@ -176,10 +190,57 @@ def regex_unicode_version() -> str | None:
     return found.group(1) if found else None
 
 
+def symbols() -> dict[str, str]:
+    """Look-alike punctuation and symbols per ASCII letter (module docstring, ``symbols``)."""
+    from anyascii import anyascii
+
+    text = importlib.resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8")
+    found: dict[str, set[str]] = defaultdict(set)
+    for raw_key, entries in json.loads(text).items():
+        source = raw_key.translate(BIDI_MARKS)
+        if len(source) != 1 or source.isascii() or unicodedata.category(source)[0] not in "PS":
+            continue
+        letters = {e["c"].casefold() for e in entries if len(e["c"]) == 1 and e["c"].isascii() and e["c"].isalpha()}
+        for letter in letters:
+            found[letter].add(source)
+    latin1 = [chr(c) for c in range(0xA1, 0xC0)] + ["\u00d7", "\u00f7"]
+    for char in latin1:
+        if unicodedata.category(char)[0] not in "PS":
+            continue
+        for letter, chars in LEET.items():
+            if anyascii(char) in chars:
+                found[letter].add(char)
+    return {letter: "".join(sorted(c for c in chars if fold(c) == c and not fold(c).isascii()))
+            for letter, chars in sorted(found.items()) if any(fold(c) == c for c in chars)}
+
+
+#: The nonspacing marks of the Arabic and Hebrew scripts, none that Latin uses too (``regex`` V1 set syntax).
+VOCALIZATION_MARKS = (r"[[\p{Script_Extensions=Arabic}\p{Script_Extensions=Hebrew}]&&\p{Mn}"
+                      r"--\p{Script_Extensions=Latin}]")
+
+
+def vocalization_marks() -> list[list[int]]:
+    pattern = regex.compile(VOCALIZATION_MARKS, regex.V1)
+    everything = "".join(map(chr, range(0x110000)))
+    ranges: list[list[int]] = []
+    for match in pattern.finditer(everything):
+        code = match.start()
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return ranges
+
+
+#: The only letters leetspeak may write for another letter (each is a look-alike people use for it).
+LETTER_LEET = {("u", "v")}
+
+
 def check_leet() -> None:
     for letter, chars in LEET.items():
         for char in chars:
-            if char.isalpha() or char.isspace() or len(fold(char)) != 1 or fold(char) != char:
+            if ((char.isalpha() and (letter, char) not in LETTER_LEET) or char.isspace() or len(fold(char)) != 1
+                    or fold(char) != char):
                 raise SystemExit(f"leet {letter!r}: {char!r} is not a plain non-letter character")
 
 
@@ -205,6 +266,15 @@ def build(marked: bool = True) -> tuple[dict, list[str]]:
                                      "property": "Default_Ignorable_Code_Point"},
         "leet": dict(sorted(LEET.items())),
         "leet_source": LEET_SOURCE,
+        "symbols": symbols(),
+        "symbols_source": {"confusables": package_version("confusable-homoglyphs"),
+                           "anyascii": package_version("anyascii"),
+                           "rule": "P*/S* confusables of one ASCII letter; Latin-1 Supplement symbols whose "
+                                   "anyascii transliteration is a leet character of the letter"},
+        "vocalization_marks": vocalization_marks(),
+        "vocalization_marks_source": {"package": "regex", "version": package_version("regex"),
+                                      "unicode_version": regex_unicode_version(),
+                                      "property": VOCALIZATION_MARKS},
     }
     return data, conflicts
 

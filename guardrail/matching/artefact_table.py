@@ -23,6 +23,7 @@ from typing import NamedTuple, TypeAlias
 import numpy as np
 
 from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState, symbol_pattern
+from guardrail.matching.normalize import compose_held, holds_for_composition
 from guardrail.matching.obfuscation import ObfuscationLevel
 from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compile_obfuscation_stream
 from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
@@ -85,14 +86,30 @@ class RootSweep(NamedTuple):
 
 
 def decode_utf8(pending: bytes, data: bytes, final: bool = False) -> tuple[str, bytes]:
-    """Incremental UTF-8 decoding with U+FFFD replacement, as ``bytes.decode(errors="replace")`` does."""
+    """Incremental UTF-8 decoding with U+FFFD replacement, as ``bytes.decode(errors="replace")`` does, and
+    with the composition the normalisation needs across characters (``normalize.compose_held``).
+
+    Returns:
+        ``(text, rest)``: the characters decoded, and the bytes held for the next call: the trailing bytes of
+        an unfinished character, preceded, unless ``final``, by a last character that may still compose with
+        the next one (a halfwidth katakana before its voiced mark). ``pending`` is such a ``rest``.
+    """
     if not pending and not final:
         try:
-            return data.decode("utf-8"), b""
+            text, rest = data.decode("utf-8"), b""
         except UnicodeDecodeError:
-            pass
+            text, rest = _decode(data, final)
+    else:
+        text, rest = _decode(pending + data, final)
+    if pending and text:
+        text = compose_held(text)
+    if not final and text and holds_for_composition(text[-1]):
+        text, rest = text[:-1], text[-1].encode("utf-8") + rest
+    return text, rest
+
+
+def _decode(data: bytes, final: bool) -> tuple[str, bytes]:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    decoder.setstate((pending, 0))
     text = decoder.decode(data, final)
     return text, decoder.getstate()[0]
 
@@ -308,6 +325,8 @@ class ArtefactTable:
         for token_id, data in enumerate(self.vocab.token_bytes):
             try:
                 text, rest = data.decode("utf-8"), b""
+                if text and holds_for_composition(text[-1]):
+                    text, rest = decode_utf8(b"", data)
             except UnicodeDecodeError:
                 text, rest = decode_utf8(b"", data)
             pending_bytes.append(len(rest))

@@ -32,7 +32,9 @@ MAGIC = b"GUARDRAIL-ARTEFACT\n"
 #: 4: the sweep's per-stream arrays hold the swept streams only: an obfuscation stream's rows are all zero
 #: (never swept: ``Artefact.sweep_root``) and are rebuilt on decoding (with two obfuscation streams over a
 #: 262k vocab they were 4.7 MB of zeros to send, hash and copy on every warm load).
-FORMAT_VERSION = 4
+#: 5: an obfuscation stream's NFA records the characters its threads read without counting
+#: (``obfuscation<i>.uncounted``: stretch and joint marks, combining marks, emphasis markers).
+FORMAT_VERSION = 5
 _DTYPES = {"int32", "int64", "uint8"}
 _ARRAYS = ("node", "symbols", "flags", "pending_bytes", "always_banned")
 #: The sweep's arrays with one row per stream (``RootSweep``).

@@ -21,7 +21,11 @@ from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_diges
 #: 2: regex terms (term table with a regex flag, regex streams after the plain ones).
 #: 3: obfuscation levels (obfuscation streams after the regex ones; every default-ignorable code point removed
 #: by normalisation).
-COMPILER_VERSION = 3
+#: 4: what people type (issue 28): forms in any context (the spaced view's joint mark), doubled letters,
+#: look-alike symbols, one real letter in short terms, runs of censor characters, one-edit forms of long
+#: terms, emphasis read on the term side, decomposed accents, Arabic and Hebrew vowel marks dropped, halfwidth
+#: voiced kana composed.
+COMPILER_VERSION = 4
 
 
 def artefact_key(vocab: TokenVocab, wordlists: Sequence[WordList]) -> str:

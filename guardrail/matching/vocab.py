@@ -15,7 +15,9 @@ name):
   ``<0xNN>`` tokens carry single bytes (byte fallback), so a token may hold half a UTF-8 character.
 
 Special and control tokens (``<bos>``, ``<|im_end|>``, ``<start_of_turn>``, ``<unusedN>``, ...) contribute
-nothing: they never appear in the text and are never matched.
+nothing: they never appear in the text and are never matched. Which ids those are is what the tokenizer's own
+``decode(..., skip_special_tokens=True)`` drops: a user-defined piece that a config lists among the special
+tokens but the tokenizer prints (Mistral's SentencePiece ``[REFERENCE_DOC_0]``…, ``[REF]``) is text.
 """
 
 from __future__ import annotations
@@ -294,8 +296,13 @@ class TokenVocab:
         raw = [id_to_token(i) for i in range(size)]
         added = tokenizer.added_tokens_decoder  # {id: AddedToken}
 
-        special = {i for i in tokenizer.all_special_ids if i is not None and 0 <= i < size}
-        special |= {i for i, tok in added.items() if tok.special and 0 <= i < size}
+        # What the tokenizer itself prints for an id decides (decode(skip_special_tokens=True), as a client's
+        # detokenizer does): control tokens print nothing, while a user-defined piece that the config lists
+        # among the special tokens (Mistral's SentencePiece [REFERENCE_DOC_0..19], [REF]) prints as text.
+        candidates = {i for i in tokenizer.all_special_ids if i is not None and 0 <= i < size}
+        candidates |= {i for i, tok in added.items() if tok.special and 0 <= i < size}
+        decode = tokenizer.backend_tokenizer.decode
+        special = {i for i in candidates if not decode([i], skip_special_tokens=True)}
         special |= {i for i, tok in enumerate(raw) if tok is None}  # holes in the id space
         # Added tokens are spelled below from their content; blank them here so that a literal added
         # token outside the byte map cannot knock the byte-level table off its one-pass path.

@@ -1,5 +1,5 @@
-"""Token-level drivers of the compiled automaton, shared by tests/matching/test_compiler_tokens.py and
-tests/matching/test_regex_tokens.py: encodings (canonical and split), the first hit, the hold-back property."""
+"""Token-level drivers of the compiled automaton, shared by the token tests of tests/matching/: encodings
+(canonical and split), the first hit, every term a token path reports, the hold-back property."""
 
 from __future__ import annotations
 
@@ -18,6 +18,18 @@ def encode_split(tokenizer, text, cuts):
             ids += encode(tokenizer, text[last:cut])
             last = cut
     return ids
+
+
+def terms_by_tokens(artefact, ids) -> set[str]:
+    """The terms reported when every token is followed (never stopping at a hit), and at the end of text."""
+    from guardrail.matching.artefact import ROOT_STATE
+
+    state, found = ROOT_STATE, set()
+    for token in ids:
+        transition = artefact.transition(state, token)
+        found |= {artefact.terms[t].text for t, _, _ in transition.hits}
+        state = transition.state
+    return found | {artefact.terms[t].text for t, _, _ in artefact.finish(state).hits}
 
 
 def first_hit(artefact, ids):

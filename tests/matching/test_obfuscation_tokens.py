@@ -8,8 +8,8 @@ import random
 
 import pytest
 from helpers.paths import load_data
+from helpers.tokens import terms_by_tokens
 
-from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.codec import decode_artefact, encode_artefact
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
@@ -61,16 +61,6 @@ def split_encode(tokenizer, text: str, rng: random.Random) -> list[int]:
 
 def random_text(rng: random.Random) -> str:
     return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 4)))
-
-
-def terms_by_tokens(artefact, ids) -> set[str]:
-    """The terms reported when every token is followed (never stopping at a hit), and at the end of text."""
-    state, found = ROOT_STATE, set()
-    for token in ids:
-        transition = artefact.transition(state, token)
-        found |= {artefact.terms[t].text for t, _, _ in transition.hits}
-        state = transition.state
-    return found | {artefact.terms[t].text for t, _, _ in artefact.finish(state).hits}
 
 
 def test_tokens_find_what_the_text_contract_finds(setup):

@@ -250,3 +250,72 @@ def test_unsupported_tokenizer_family_is_named():
     backend.decoder = decoders.WordPiece()
     with pytest.raises(ValueError, match="WordPiece"):
         TokenVocab.from_tokenizer(TokenizersBackend(tokenizer_object=backend, unk_token="[UNK]"))
+
+
+@pytest.fixture(scope="module")
+def user_defined_piece_tokenizer(tmp_path_factory):
+    """A real SentencePiece model with user-defined pieces (trained here with ``sentencepiece``), loaded by
+    transformers the way Mistral's SentencePiece tokenizers are: the config lists the pieces among the special
+    tokens (so ``all_special_ids`` holds them), the tokenizer itself prints them as text."""
+    import json
+    import random
+
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("spm")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over a lazy dog we assume you are fine see the fun duck".split()
+    (folder / "corpus.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)))
+    pieces = ["[REF]", "[/REF]", "[REFERENCE_DOC_19]"]
+    spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(folder / "tokenizer"),
+                                   vocab_size=350, model_type="bpe", user_defined_symbols=pieces, byte_fallback=True,
+                                   character_coverage=1.0, minloglevel=2)
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "legacy": False, "add_bos_token": False,
+        "additional_special_tokens": pieces}))
+    converted = folder / "converted"
+    AutoTokenizer.from_pretrained(str(folder)).save_pretrained(str(converted))
+    spec = json.loads((converted / "tokenizer.json").read_text())
+    for token in spec["added_tokens"]:
+        token["special"] = token["content"] not in pieces  # as sentencepiece itself: user-defined pieces are text
+    (converted / "tokenizer.json").write_text(json.dumps(spec))
+    return AutoTokenizer.from_pretrained(str(converted)), pieces
+
+
+def test_user_defined_sentencepiece_pieces_are_text_though_listed_as_special(user_defined_piece_tokenizer):
+    tokenizer, pieces = user_defined_piece_tokenizer
+    ids = tokenizer.convert_tokens_to_ids(pieces)
+    assert set(ids) <= set(tokenizer.all_special_ids)  # the Mistral situation
+    vocab = TokenVocab.from_tokenizer(tokenizer)
+    assert [vocab.token_bytes[i] for i in ids] == [p.encode() for p in pieces]
+    assert not set(ids) & vocab.special_ids
+    for control in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id):
+        assert control in vocab.special_ids and vocab.token_bytes[control] == b""
+    text_ids = (tokenizer.encode(" we ass", add_special_tokens=False) + [ids[2]]
+                + tokenizer.encode("ume", add_special_tokens=False) + [tokenizer.eos_token_id])
+    joined = b"".join(vocab.token_bytes[i] for i in text_ids).decode()
+    assert vocab.prefix_space  # legacy add_dummy_prefix: the tokenizer's decode drops the first space
+    assert joined == " " + tokenizer.decode(text_ids, skip_special_tokens=True)
+
+
+def test_a_term_beside_a_user_defined_piece_is_matched_as_the_text_shows_it(user_defined_piece_tokenizer):
+    from helpers.tokens import terms_by_tokens
+
+    from guardrail.matching.compiler import compile_artefact
+    from guardrail.wordlists.wordlist import wordlist_from_terms
+
+    tokenizer, pieces = user_defined_piece_tokenizer
+    vocab = TokenVocab.from_tokenizer(tokenizer)
+    artefact = compile_artefact(vocab, [wordlist_from_terms(["ass", "fuck"])])
+    ref = tokenizer.convert_tokens_to_ids(pieces[2])
+
+    def glued(text: str) -> list[int]:  # text right after the piece, no space: byte-fallback pieces
+        return tokenizer.convert_tokens_to_ids([f"<0x{b:02X}>" for b in text.encode()])
+
+    shown = tokenizer.encode(" we ass", add_special_tokens=False) + [ref] + glued("ume")
+    assert tokenizer.decode(shown, skip_special_tokens=True) == "we ass[REFERENCE_DOC_19]ume"
+    assert terms_by_tokens(artefact, shown) == {"ass"}
+    split = tokenizer.encode(" fu", add_special_tokens=False) + [ref] + glued("ck")
+    assert tokenizer.decode(split, skip_special_tokens=True) == "fu[REFERENCE_DOC_19]ck"
+    assert terms_by_tokens(artefact, split) == set()  # no term in the text the reader sees

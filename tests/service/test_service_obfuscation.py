@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 #: The forms of the issue's acceptance (dots, spaces, underscores, hyphens, a star, leetspeak, a look-alike
 #: letter), each of which SmolLM2 repeats when a completion prompt lists it (checked by the test itself).
 #: Every other form goes through the decoder in tests/engines/transformers/test_decoder_obfuscation.py.
-FORMS = ["f.u.c.k", "f u c k", "f_u_c_k", "f-u-c-k", "f*ck", "sh1t", "fսck"]
+FORMS = ["f.u.c.k", "f u c k", "f_u_c_k", "f-u-c-k", "f*ck", "sh1t", "fսck",
+         # issue 28: a one-letter word before the form, two censor characters
+         "It is a b!tch.", "what a f u c k", "f**k and sh**t"]
 VERIFIER = TextMatcher([bundled_wordlist("en")], obfuscation=DEFAULT_OBFUSCATION)
 
 
@@ -61,6 +63,15 @@ def test_check_reads_obfuscated_forms_at_the_default_level_and_the_request_level
     assert literal["flagged"] is False
     own = service.post("/v1/check", json={"text": "r.a.i.n.b.o.w", "banned_terms": ["rainbow"]}, headers=headers)
     assert own.json()["matches"][0]["term"] == "rainbow"
+
+
+@pytest.mark.parametrize("text,term", [("you're a f*ck.", "fuck"), ("I f-u-c-k up", "fuck"), ("f**k", "fuck"),
+                                       ("u f*ck", "fuck"), ("it is a b!tch", "bitch"), ("BIITCH", "bitch"),
+                                       ("masturbaton", "masturbation"), ("b\u00a1tch", "bitch")])
+def test_check_flags_what_people_type_at_the_default_level(service, text, term):
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    found = service.post("/v1/check", json={"text": text}, headers=headers).json()
+    assert [m["term"] for m in found["matches"]] == [term], found
 
 
 @pytest.mark.parametrize("path,body", [

@@ -22,13 +22,11 @@ from typing import cast
 
 from guardrail.matching.automaton import StreamState
 from guardrail.matching.normalize import is_word_char
-from guardrail.matching.obfuscation import STRETCH_MARK, STRETCH_MARK_3
-from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
+from guardrail.matching.obfuscation import JOINT_MARK
+from guardrail.matching.obfuscation.nfa import EMPHASIS_MARKER, ObfuscatedTerm, ObfuscationNfa
 from guardrail.matching.obfuscation.view import START as VIEW_START
-from guardrail.matching.obfuscation.view import View, ViewState
+from guardrail.matching.obfuscation.view import Item, View, ViewState
 from guardrail.matching.regex.automaton import START_NODE, WORD_START_NODE, RegexAutomaton
-
-_MARKS = frozenset((STRETCH_MARK, STRETCH_MARK_3))
 
 #: DFA nodes one obfuscation stream may have (the default ``en`` list needs a few thousand; see
 #: ``bench/obfuscation.py``). A list over it fails to compile with an error naming the stream.
@@ -61,7 +59,11 @@ class ObfuscationAutomaton(RegexAutomaton):
         self.view = View(spaced, markup)
         self._lock = threading.RLock()
         #: The NFA (stored in the artefact: ``codec.py``); built from ``terms`` when not given.
-        self.nfa = ObfuscationNfa(self.terms, spaced) if nfa is None else nfa
+        self.nfa = ObfuscationNfa(self.terms, spaced, markup) if nfa is None else nfa
+        #: Symbols that move threads without counting as characters (stretch and joint marks, combining marks,
+        #: emphasis markers with markup: ``ObfuscationNfa.uncounted``).
+        self.marks = frozenset(chr(p) for lo, hi in self.nfa.uncounted.ranges for p in range(lo, hi + 1))
+        self._between = frozenset((JOINT_MARK, EMPHASIS_MARKER)) & self.marks
         super().__init__([(t.normalized, t.match) for t in self.terms], False, max_states, nfa=self.nfa)
 
     def step(self, node: int, char: str) -> int:
@@ -80,10 +82,10 @@ class ObfuscationAutomaton(RegexAutomaton):
         """Whether the view holds characters it has not emitted yet (the boundary is then not clean)."""
         return self.view.buffered(cast(ViewState, state.pending))
 
-    def _read(self, node: int, chars: list[str], hits: list[tuple[int, int]], n: int) -> tuple[int, int]:
+    def _read(self, node: int, items: list[Item], hits: list[tuple[int, int]], n: int) -> tuple[int, int]:
         """Step the DFA over view characters; ``n`` symbols before them. Returns ``(node, n)``."""
-        delta, now, later = self._delta, self.now, self.later
-        for c in chars:
+        delta, now, later, marks = self._delta, self.now, self.later, self.marks
+        for c, _ in items:
             waiting = later[node]
             if waiting is not None:
                 word = is_word_char(c)
@@ -91,7 +93,7 @@ class ObfuscationAutomaton(RegexAutomaton):
                     hits.append((term, n - length))
             nxt = delta[node].get(c)
             node = self.step(node, c) if nxt is None else nxt
-            if c not in _MARKS:  # the marks move threads but are not characters of a match
+            if c not in marks:  # the marks move threads but are not characters of a match
                 n += 1
             for term, length in now[node]:
                 hits.append((term, n - length))
@@ -103,7 +105,7 @@ class ObfuscationAutomaton(RegexAutomaton):
         view_state = cast(ViewState, pending)
         n = symbols_before
         view, fold = self.view, self._fold
-        out: list[str] = []
+        out: list[Item] = []
         for char in text:
             for c, _ in fold.get(char) or self.fold(char):
                 if c == " ":
@@ -115,14 +117,14 @@ class ObfuscationAutomaton(RegexAutomaton):
                 view_state = view.step(view_state, c, out)
                 if out:
                     node, n = self._read(node, out, hits, n)
-                    previous_word = is_word_char(out[-1])
+                    previous_word = is_word_char(out[-1][0])
                     out.clear()
         return StreamState(node, previous_word, previous_space, view_state), n
 
     def finish(self, state: StreamState, hits: list[tuple[int, int]], symbols_before: int = 0) -> int:
         """End of text: the view's buffer is emitted, then matches waiting on the next character are
         reported. Returns the symbols emitted; ``hits`` as in :meth:`feed`, after ``symbols_before``."""
-        out: list[str] = []
+        out: list[Item] = []
         self.view.flush(cast(ViewState, state.pending), out)
         node, n = self._read(state.node, out, hits, symbols_before)
         waiting = self.later[node]
@@ -141,15 +143,18 @@ class ObfuscationAutomaton(RegexAutomaton):
         text, offsets = self.view.text(norm)
         found: list[tuple[int, int, int]] = []
         counted: list[int] = []  # view index of each counted character (the automaton's positions)
-        node, last = START_NODE, -1  # ``last``: view index of the last counted character read
+        # ``last``: view index of the last character read that belongs to a letter (counted, or a stretch or
+        # combining mark after it; not a joint mark or an emphasis marker, which stand between words or letters)
+        node, last = START_NODE, -1
         for position, c in enumerate(text):
             waiting = self.later[node]
             if waiting is not None:  # matches ending at the last character, decided by this one
                 for term, length in waiting[is_word_char(c)]:
                     found.append((term, offsets[counted[len(counted) - length]], offsets[last] + 1))
             node = self.step(node, c)
-            if c not in _MARKS:
+            if c not in self.marks:
                 counted.append(position)
+            if c not in self._between:
                 last = position
             for term, length in self.now[node]:
                 found.append((term, offsets[counted[len(counted) - length]], offsets[position] + 1))
