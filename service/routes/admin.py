@@ -1,4 +1,5 @@
-"""The admin API: word lists (list, read, create/replace, add/remove terms, delete) and the audit log.
+"""The admin API: word lists (list, read, create/replace, add/remove terms, delete, their kept versions) and the
+audit log.
 
 Every route needs the admin bearer token (:func:`service.auth.require_admin`). Reads go to the store
 (the truth, so an ETag read here is current); a successful write is applied to this replica's
@@ -27,6 +28,8 @@ from service.schemas.terms import to_terms
 from service.schemas.wordlists import (
     AuditLog,
     AuditOut,
+    VersionIndex,
+    VersionOut,
     WordListIn,
     WordListIndex,
     WordListOut,
@@ -148,6 +151,34 @@ def get_wordlist(name: ListName, _: TokenId, runtime: RuntimeDep, response: Resp
     if stored is None:
         raise ApiError(404, f"word list {name!r} does not exist", param="name", code="wordlist_not_found")
     response.headers["ETag"] = stored.etag
+    return WordListOut.of(stored)
+
+
+@router.get("/wordlists/{name}/versions", response_model=VersionIndex,
+            summary="The kept versions of a word list, newest first (GUARDRAIL_WORDLIST_HISTORY)",
+            responses={404: {"description": "No version of this name was ever written."}})
+def list_versions(name: ListName, _: TokenId, runtime: RuntimeDep) -> VersionIndex:
+    """The latest versions of the list (the current one included while the list exists; after a delete, the
+    versions it had). Read one with ``GET .../versions/{version}``; write an older one back with ``PUT`` (its
+    body is a valid ``PUT`` body) and ``If-Match`` the current ETag."""
+    with _store_errors(runtime):
+        kept = runtime.store.history(name)
+        current = runtime.store.get(name)
+    if not kept:
+        raise ApiError(404, f"word list {name!r} does not exist", param="name", code="wordlist_not_found")
+    return VersionIndex(data=[VersionOut.of(v, current.version if current else None) for v in kept])
+
+
+@router.get("/wordlists/{name}/versions/{version}", response_model=WordListOut,
+            summary="One kept version of a word list (terms, version, ETag)",
+            responses={404: {"description": "No such list, or the version is not kept."}})
+def get_wordlist_version(name: ListName, version: Annotated[int, Path(ge=1)], _: TokenId,
+                         runtime: RuntimeDep) -> WordListOut:
+    with _store_errors(runtime):
+        stored = runtime.store.get_version(name, version)
+    if stored is None:
+        raise ApiError(404, f"word list {name!r} has no kept version {version} (GET .../versions lists them)",
+                       param="version", code="version_not_found")
     return WordListOut.of(stored)
 
 

@@ -81,6 +81,26 @@ def test_a_stale_if_match_is_refused_with_412_and_the_list_is_unchanged(service)
     assert exists.status_code == 412
 
 
+def test_kept_versions_are_listed_read_and_written_back_with_put(service):
+    name = unique_name()
+    service.admin("PUT", f"/admin/wordlists/{name}", json={
+        "terms": [{"text": "Quince", "match": "prefix", "case_sensitive": True}], "allow": ["quinces"]})
+    service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["medlar"]})
+    versions = service.admin("GET", f"/admin/wordlists/{name}/versions").json()["data"]
+    assert [(v["version"], v["etag"], v["terms"], v["allow"], v["current"]) for v in versions] == [
+        (2, '"v2"', 2, 1, True), (1, '"v1"', 1, 1, False)]
+    first = service.admin("GET", f"/admin/wordlists/{name}/versions/1")
+    assert first.status_code == 200 and first.json()["version"] == 1
+    body = {k: first.json()[k] for k in ("terms", "allow", "obfuscation")}  # a version's body is a PUT body
+    restored = service.admin("PUT", f"/admin/wordlists/{name}", json=body, headers={"If-Match": '"v2"'})
+    assert restored.status_code == 200 and restored.headers["ETag"] == '"v3"'
+    assert service.admin("GET", f"/admin/wordlists/{name}").json()["terms"] == first.json()["terms"]
+    missing = service.admin("GET", f"/admin/wordlists/{name}/versions/9")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "version_not_found")
+    assert service.admin("GET", "/admin/wordlists/never-written/versions").status_code == 404
+    assert service.admin("GET", f"/admin/wordlists/{name}/versions", token=CLIENT_KEY).status_code == 403
+
+
 def test_an_oversized_list_is_refused_with_413(service):
     name = unique_name()
     limit = service.runtime.settings.max_list_terms
