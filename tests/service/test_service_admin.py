@@ -186,7 +186,7 @@ def test_a_change_on_one_replica_is_enforced_by_another_within_5_seconds(service
 
         wait_until(lambda: replica.get("/readyz").status_code == 200, 30, "replica ready", alive=alive)
         name = unique_name()
-        assert check(replica, "Paris", banned_terms=["x1"])["flagged"] is False
+        assert check(replica, "Paris", token=CLIENT_KEY, banned_terms=["x1"])["flagged"] is False
         assert service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["Paris"]}).status_code == 201
         # The 5 s deadline starts once the change is stored (the PUT answered): the replica has its pub/sub
         # hint at once and its 1 s poll as a fallback. enforces() says 'not yet' only while the list has not
