@@ -164,10 +164,11 @@ def get_wordlist(name: ListName, access: Access, runtime: RuntimeDep, response: 
 @router.get("/wordlists/{name}/versions", response_model=VersionIndex,
             summary="The kept versions of a word list, newest first (GUARDRAIL_WORDLIST_HISTORY)",
             responses={404: {"description": "No version of this name was ever written."}})
-def list_versions(name: ListName, _: TokenId, runtime: RuntimeDep) -> VersionIndex:
+def list_versions(name: ListName, access: Access, runtime: RuntimeDep) -> VersionIndex:
     """The latest versions of the list (the current one included while the list exists; after a delete, the
     versions it had). Read one with ``GET .../versions/{version}``; write an older one back with ``PUT`` (its
     body is a valid ``PUT`` body) and ``If-Match`` the current ETag."""
+    access.check_read(name)
     with _store_errors(runtime):
         kept = runtime.store.history(name)
         current = runtime.store.get(name)
@@ -179,8 +180,9 @@ def list_versions(name: ListName, _: TokenId, runtime: RuntimeDep) -> VersionInd
 @router.get("/wordlists/{name}/versions/{version}", response_model=WordListOut,
             summary="One kept version of a word list (terms, version, ETag)",
             responses={404: {"description": "No such list, or the version is not kept."}})
-def get_wordlist_version(name: ListName, version: Annotated[int, Path(ge=1)], _: TokenId,
+def get_wordlist_version(name: ListName, version: Annotated[int, Path(ge=1)], access: Access,
                          runtime: RuntimeDep) -> WordListOut:
+    access.check_read(name)
     with _store_errors(runtime):
         stored = runtime.store.get_version(name, version)
     if stored is None:

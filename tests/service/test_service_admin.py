@@ -99,6 +99,11 @@ def test_kept_versions_are_listed_read_and_written_back_with_put(service):
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "version_not_found")
     assert service.admin("GET", "/admin/wordlists/never-written/versions").status_code == 404
     assert service.admin("GET", f"/admin/wordlists/{name}/versions", token=CLIENT_KEY).status_code == 403
+    owner, stranger = (service.admin("POST", "/admin/tenants", json={"name": unique_name(), "policy": policy})
+                       .json()["api_key"] for policy in ({"own_wordlists": [name]}, {}))
+    assert service.admin("GET", f"/admin/wordlists/{name}/versions/1", token=owner).status_code == 200
+    for path in ("versions", "versions/1"):  # another tenant's list does not exist for it
+        assert service.admin("GET", f"/admin/wordlists/{name}/{path}", token=stranger).status_code == 404
 
 
 def test_an_oversized_list_is_refused_with_413(service):
