@@ -191,6 +191,11 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds without a chunk after which a stream sends an SSE comment (': keep-alive'), "
         "so that idle proxies keep it open while the guard holds text back; 0 turns it off.")
 
+    # -- admin console ----------------------------------------------------------------------------
+    console: bool = Field(
+        True, description="Serve the admin console at /console (docs/console.md): pages that call this API with the "
+        "signed-in caller's admin token or tenant key; false leaves it out.")
+
     # -- logging ----------------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Python logging level name.")
     debug_log_prompts: bool = Field(

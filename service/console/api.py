@@ -1,0 +1,78 @@
+"""The console's client of the service's public API: every page reads and writes through it, with the signed-in
+caller's own bearer token, so that the API's authentication, policies and limits decide what the console may do
+(the console has no other way into the service: it imports no store, runtime or tenant directory).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from starlette.types import ASGIApp
+
+from service.console.transport import ASGIStreamTransport
+
+#: The base URL of the in-process calls (never resolved: the transport hands requests to the app).
+BASE_URL = "http://guardrail.internal"
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """An API answer that is not a success, as the console shows it: the status and the API's own error body."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiError:
+        """Read OpenAI's error shape (``{"error": {"message", "param", "code"}}``), or the status alone."""
+        try:
+            error = response.json()["error"]
+            return cls(response.status_code, str(error.get("message") or ""), error.get("param"), error.get("code"))
+        except (ValueError, KeyError, TypeError):
+            return cls(response.status_code, response.text[:500] or f"HTTP {response.status_code}")
+
+
+class Api:
+    """Calls into ``app`` as the caller holding ``token``.
+
+    Args:
+        app: the service's app (the console is mounted inside it).
+        token: the caller's admin token or tenant key, sent as ``Authorization: Bearer``; None: no credentials.
+        client: the browser's address, for the API's logs.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None, client: tuple[str, int] | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(transport=ASGIStreamTransport(app, client), base_url=BASE_URL,
+                                       headers=headers, timeout=None)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                   headers: dict[str, str] | None = None) -> httpx.Response:
+        """One request; the whole answer read."""
+        return await self._http.request(method, path, json=json, params=params, headers=headers)
+
+    async def get_json(self, path: str, **params: Any) -> tuple[Any, ApiError | None]:
+        """``GET path``: (the JSON body, None) on a 2xx answer, else (None, the error)."""
+        response = await self.call("GET", path, params=params or None)
+        if response.is_success:
+            return response.json(), None
+        return None, ApiError.of(response)
+
+    @asynccontextmanager
+    async def stream(self, method: str, path: str, *, json: Any = None):  # type: ignore[no-untyped-def]
+        """A request whose answer is read as it comes (``response.aiter_raw()``); leaving the block early tells
+        the API that its client went away."""
+        async with self._http.stream(method, path, json=json) as response:
+            yield response
+
+    async def send_streaming(self, method: str, path: str, *, json: Any = None) -> httpx.Response:
+        """A request whose answer the caller reads as it comes and must close (``await response.aclose()``)."""
+        return await self._http.send(self._http.build_request(method, path, json=json), stream=True)
