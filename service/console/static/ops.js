@@ -37,11 +37,14 @@
       if (!rates.length) { return; }
       var end = samples[samples.length - 1].time;
       var top = Math.max.apply(null, rates.map(function (r) { return r.value; }).concat([1]));
-      line.setAttribute("points", rates.map(function (r) {
-        var x = 300 - ((end - r.time) * 1000 / WINDOW_MS) * 300;
-        var y = 58 - (r.value / top) * 56;
-        return x.toFixed(1) + "," + y.toFixed(1);
-      }).join(" "));
+      var points = rates.map(function (r) {
+        return [300 - ((end - r.time) * 1000 / WINDOW_MS) * 300, 58 - (r.value / top) * 56];
+      });
+      line.setAttribute("points", points.map(function (p) { return p[0].toFixed(1) + "," + p[1].toFixed(1); }).join(" "));
+      var dot = figure.querySelector(".dot");  // the latest rate, visible even before there is a line
+      dot.setAttribute("cx", points[points.length - 1][0].toFixed(1));
+      dot.setAttribute("cy", points[points.length - 1][1].toFixed(1));
+      dot.setAttribute("r", "3");
       var now = rates[rates.length - 1].value;
       var sum = rates.reduce(function (s, r) { return s + r.value; }, 0);
       rate.textContent = now.toFixed(1) + " per minute now, " + (sum / rates.length).toFixed(1) +
