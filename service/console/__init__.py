@@ -11,11 +11,13 @@ no asset from another host, no build step. ``GUARDRAIL_CONSOLE=false`` leaves it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.console.context import STATIC
 from service.console.pages import audit, auth, check, lists, live, ops, tenants
@@ -23,6 +25,28 @@ from service.console.session import SecurityHeaders
 
 #: Where the console is mounted in the service.
 PREFIX = "/console"
+
+
+@dataclass(frozen=True)
+class _MountedRoute:
+    path: str
+
+
+class RouteLabel:
+    """Names a console request's route with its full template (``/console/lists/{name}``) for the service's request
+    metrics and access log (``service.observability`` reads ``scope["route"].path``), which would otherwise see the
+    path inside the mount (``/lists/{name}``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            path = getattr(scope.get("route"), "path", None)
+            if isinstance(path, str) and not path.startswith(PREFIX):
+                scope["route"] = _MountedRoute(PREFIX + path)
 
 
 def build_console(service_app: ASGIApp) -> Starlette:
@@ -45,6 +69,6 @@ def build_console(service_app: ASGIApp) -> Starlette:
         Route("/ops/counters", ops.counters_json),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    console = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])
+    console = Starlette(routes=routes, middleware=[Middleware(RouteLabel), Middleware(SecurityHeaders)])
     console.state.service_app = service_app
     return console

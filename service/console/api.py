@@ -5,9 +5,9 @@ caller's own bearer token, so that the API's authentication, policies and limits
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from starlette.types import ASGIApp
@@ -16,6 +16,12 @@ from service.console.transport import ASGIStreamTransport
 
 #: The base URL of the in-process calls (never resolved: the transport hands requests to the app).
 BASE_URL = "http://guardrail.internal"
+
+
+def api_path(*segments: object) -> str:
+    """An API path from its segments, each percent-encoded: a name that came from the browser stays one segment
+    (``"a?b"`` cannot start a query, ``"a/b"`` cannot add a segment)."""
+    return "/" + "/".join(quote(str(segment), safe="") for segment in segments)
 
 
 @dataclass(frozen=True)
@@ -65,13 +71,6 @@ class Api:
         if response.is_success:
             return response.json(), None
         return None, ApiError.of(response)
-
-    @asynccontextmanager
-    async def stream(self, method: str, path: str, *, json: Any = None):  # type: ignore[no-untyped-def]
-        """A request whose answer is read as it comes (``response.aiter_raw()``); leaving the block early tells
-        the API that its client went away."""
-        async with self._http.stream(method, path, json=json) as response:
-            yield response
 
     async def send_streaming(self, method: str, path: str, *, json: Any = None) -> httpx.Response:
         """A request whose answer the caller reads as it comes and must close (``await response.aclose()``)."""

@@ -22,8 +22,9 @@ from helpers.browser import (
     new_context,
     screenshot,
 )
-from helpers.service import MODEL, serve_in_thread
+from helpers.service import MODEL, metric, serve_in_thread
 from helpers.service_client import unique_name
+from helpers.wait import wait_until
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
@@ -325,6 +326,21 @@ def test_the_live_view_draws_each_rollback_where_it_happened_from_the_apis_strea
     assert page.locator("#live-status").inner_text().startswith("Finished:")
     admin.accessible()
     screenshot(page, "live-view")
+
+
+def test_stopping_the_live_view_cancels_the_generation(server, admin):
+    cancelled = metric(server.metrics(), "guardrail_generations_cancelled_total")
+    page = admin.page
+    admin.open("/console/live")
+    page.get_by_label("Prompt").fill("Write a long story about a lighthouse keeper.")
+    page.get_by_label("Max tokens").fill("400")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#live-status")).to_have_text("Streaming…", timeout=STREAM_TIMEOUT_MS)
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#live-status")).to_have_text("Stopped.")
+    # The page's request ends, the console closes the API's stream, the service cancels the generation.
+    wait_until(lambda: metric(server.metrics(), "guardrail_generations_cancelled_total") > cancelled, 60,
+               "the generation cancelled")
 
 
 def test_operations_show_readiness_the_model_the_lists_and_the_guard_counters(server, admin):

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
-from service.console.api import ApiError
+from service.console.api import ApiError, api_path
 from service.console.context import Page, error_text, signed_in
 from service.console.forms import lines, term_item
 
@@ -56,7 +56,7 @@ async def index(page: Page) -> Response:
     if page.request.method == "POST":
         name = (page.form.get("name") or "").strip()
         terms = lines(page.form.get("terms"))
-        answer = await page.api.call("PUT", f"/admin/wordlists/{name}", json={"terms": terms},
+        answer = await page.api.call("PUT", api_path("admin", "wordlists", name), json={"terms": terms},
                                      headers={"If-None-Match": "*"})
         if answer.is_success:
             return RedirectResponse(f"/console/lists/{name}", status_code=303)
@@ -73,7 +73,7 @@ async def index(page: Page) -> Response:
 
 
 async def _show(page: Page, name: str, *, status: int = 200, **extra: Any) -> Response:
-    data, failure = await page.api.get_json(f"/admin/wordlists/{name}")
+    data, failure = await page.api.get_json(api_path("admin", "wordlists", name))
     if failure is not None:
         return page.render("error.html", failure.status, title=f"Word list {name}", message=error_text(failure))
     query = (page.request.query_params.get("q") or "").strip()
@@ -110,7 +110,7 @@ async def wordlist(page: Page) -> Response:
         done = f"Removed {page.form.get('term')!r}."
     else:
         return await _show(page, name, status=400, errors={"add": "Unknown action."})
-    answer = await page.api.call("PATCH", f"/admin/wordlists/{name}", json=body,
+    answer = await page.api.call("PATCH", api_path("admin", "wordlists", name), json=body,
                                  headers={"If-Match": etag} if etag else None)
     if answer.is_success:
         return await _show(page, name, notice=f"{done} The list is now at version "
@@ -126,10 +126,10 @@ async def _conflict(page: Page, name: str, etag: str | None, body: dict[str, Any
     """The list changed after the page was shown: nothing was written. Show what changed meanwhile (the version
     the page showed against the current one) and offer to send the same change again, on the current version."""
     seen = _version_of(etag)
-    current, _ = await page.api.get_json(f"/admin/wordlists/{name}")
+    current, _ = await page.api.get_json(api_path("admin", "wordlists", name))
     changes = None
     if seen is not None and current is not None:
-        old, _ = await page.api.get_json(f"/admin/wordlists/{name}/versions/{seen}")
+        old, _ = await page.api.get_json(api_path("admin", "wordlists", name, "versions", seen))
         if old is not None:
             changes = term_diff(old, current)
     # The same form again, with the current version's ETag: "apply my change on the current version".
@@ -149,10 +149,10 @@ async def versions(page: Page) -> Response:
     status = 200
     if page.request.method == "POST":
         version = page.form.get("version")
-        old, failure = await page.api.get_json(f"/admin/wordlists/{name}/versions/{version}")
+        old, failure = await page.api.get_json(api_path("admin", "wordlists", name, "versions", version))
         if failure is None:
             body = {"terms": old["terms"], "allow": old["allow"], "obfuscation": old["obfuscation"]}
-            answer = await page.api.call("PUT", f"/admin/wordlists/{name}", json=body,
+            answer = await page.api.call("PUT", api_path("admin", "wordlists", name), json=body,
                                          headers={"If-Match": page.form.get("etag") or "*"})
             if answer.is_success:
                 notice = f"Rolled back: version {answer.json()['version']} holds the terms of version {version}."
@@ -164,7 +164,7 @@ async def versions(page: Page) -> Response:
         if failure is not None and error is None:
             error = error_text(failure)
         status = 409 if error and error.startswith("Conflict") else (400 if error else 200)
-    data, failure = await page.api.get_json(f"/admin/wordlists/{name}/versions")
+    data, failure = await page.api.get_json(api_path("admin", "wordlists", name, "versions"))
     if failure is not None:
         return page.render("error.html", failure.status, title=f"Versions of {name}", message=error_text(failure))
     current = next((v for v in data["data"] if v["current"]), None)
@@ -180,7 +180,7 @@ async def diff(page: Page) -> Response:
     chosen = (params.get("from") or "", params.get("to") or "")
     bodies = []
     for version in chosen:
-        body, failure = await page.api.get_json(f"/admin/wordlists/{name}/versions/{version}")
+        body, failure = await page.api.get_json(api_path("admin", "wordlists", name, "versions", version))
         if failure is not None:
             return page.render("error.html", failure.status, title=f"Versions of {name}", message=error_text(failure))
         bodies.append(body)

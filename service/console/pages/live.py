@@ -9,9 +9,9 @@ chunks, or the API's error); closing it early closes the API's stream, which can
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -71,11 +71,16 @@ async def stream(request: Request) -> Response:
         await api.close()
         raise
 
-    async def close() -> None:
-        await answer.aclose()
-        await api.close()
+    async def relay() -> AsyncIterator[bytes]:
+        # Closed however the page's response ends (done, or the browser went away: the generator is finalised),
+        # which closes the API's stream and so cancels the generation.
+        try:
+            async for chunk in answer.aiter_raw():
+                yield chunk
+        finally:
+            await answer.aclose()
+            await api.close()
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code, headers=headers,
-                             media_type=answer.headers.get("content-type", "text/event-stream"),
-                             background=BackgroundTask(close))
+    return StreamingResponse(relay(), status_code=answer.status_code, headers=headers,
+                             media_type=answer.headers.get("content-type", "text/event-stream"))

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.datastructures import ImmutableMultiDict
 from starlette.responses import Response
 
-from service.console.api import ApiError
+from service.console.api import ApiError, api_path
 from service.console.context import Page, error_text, signed_in
 
 EVASION_GUARDS = ("off", "substring", "edit")
@@ -92,14 +92,14 @@ async def tenant(page: Page) -> Response:
         action = page.form.get("action")
         if action == "policy":
             version = page.form.get("version")
-            answer = await page.api.call("PUT", f"/admin/tenants/{name}/policy", json=policy_of(page.form),
+            answer = await page.api.call("PUT", api_path("admin", "tenants", name, "policy"), json=policy_of(page.form),
                                          headers={"If-Match": f'"v{version}"'} if version else None)
             if answer.is_success:
                 notice = "Policy saved."
             else:
                 values = dict(page.form.items())
         elif action in ("rotate", "revoke"):
-            answer = await page.api.call("POST", f"/admin/tenants/{name}/{action}")
+            answer = await page.api.call("POST", api_path("admin", "tenants", name, action))
             if answer.is_success:
                 key = answer.json().get("api_key")
                 notice = "Key rotated: the old key is refused from now on." if key else "Key revoked."
@@ -110,7 +110,7 @@ async def tenant(page: Page) -> Response:
             error, status = error_text(failure), answer.status_code
             if answer.status_code == 412:
                 error = f"Conflict: the tenant changed since this page was shown; nothing was written ({error})."
-    data, failure = await page.api.get_json(f"/admin/tenants/{name}")
+    data, failure = await page.api.get_json(api_path("admin", "tenants", name))
     if failure is not None:
         return page.render("error.html", failure.status, title=f"Tenant {name}", message=error_text(failure))
     return _render(page, "tenant.html", status, title=f"Tenant {name}", tenant=data, key=key, notice=notice,
