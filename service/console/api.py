@@ -10,12 +10,17 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp
 
 from service.console.transport import ASGIStreamTransport
 
 #: The base URL of the in-process calls (never resolved: the transport hands requests to the app).
 BASE_URL = "http://guardrail.internal"
+
+
+#: Bodies above this size are parsed off the event loop (:meth:`Api.get_json`).
+LARGE_BODY_BYTES = 256 * 1024
 
 
 def api_path(*segments: object) -> str:
@@ -66,11 +71,14 @@ class Api:
         return await self._http.request(method, path, json=json, params=params, headers=headers)
 
     async def get_json(self, path: str, **params: Any) -> tuple[Any, ApiError | None]:
-        """``GET path``: (the JSON body, None) on a 2xx answer, else (None, the error)."""
+        """``GET path``: (the JSON body, None) on a 2xx answer, else (None, the error). A large body (a list of
+        100,000 terms is megabytes) is parsed in a worker thread, off the event loop."""
         response = await self.call("GET", path, params=params or None)
-        if response.is_success:
-            return response.json(), None
-        return None, ApiError.of(response)
+        if not response.is_success:
+            return None, ApiError.of(response)
+        if len(response.content) > LARGE_BODY_BYTES:
+            return await run_in_threadpool(response.json), None
+        return response.json(), None
 
     async def send_streaming(self, method: str, path: str, *, json: Any = None) -> httpx.Response:
         """A request whose answer the caller reads as it comes and must close (``await response.aclose()``)."""

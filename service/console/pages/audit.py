@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.responses import Response
 
 from service.console.context import Page, error_text, signed_in
@@ -13,7 +15,7 @@ LIMIT = 200
 
 @signed_in(admin=True)
 async def audit(page: Page) -> Response:
-    lists, failure = await page.api.get_json("/admin/audit", limit=LIMIT)
-    tenants, tenant_failure = await page.api.get_json("/admin/audit/tenants", limit=LIMIT)
+    (lists, failure), (tenants, tenant_failure) = await asyncio.gather(
+        page.api.get_json("/admin/audit", limit=LIMIT), page.api.get_json("/admin/audit/tenants", limit=LIMIT))
     return page.render("audit.html", title="Audit log", lists=(lists or {}).get("data", []),
                        tenants=(tenants or {}).get("data", []), failure=error_text(failure or tenant_failure))

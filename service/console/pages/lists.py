@@ -5,6 +5,7 @@ with the API's message next to the field."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
@@ -72,8 +73,17 @@ async def index(page: Page) -> Response:
                        failure=error_text(failure), errors=errors, form=page.form, notice=notice)
 
 
+async def _audit(page: Page, name: str) -> list[dict[str, Any]]:
+    """The list's latest audit records (the admin's: a tenant key would get 403 from the API, so none is asked)."""
+    if not page.session.admin:
+        return []
+    records, _ = await page.api.get_json("/admin/audit", limit=200)
+    return [r for r in (records or {}).get("data", []) if r["list"] == name][:20]
+
+
 async def _show(page: Page, name: str, *, status: int = 200, **extra: Any) -> Response:
-    data, failure = await page.api.get_json(api_path("admin", "wordlists", name))
+    (data, failure), audit = await asyncio.gather(page.api.get_json(api_path("admin", "wordlists", name)),
+                                                  _audit(page, name))
     if failure is not None:
         return page.render("error.html", failure.status, title=f"Word list {name}", message=error_text(failure))
     query = (page.request.query_params.get("q") or "").strip()
@@ -81,10 +91,6 @@ async def _show(page: Page, name: str, *, status: int = 200, **extra: Any) -> Re
     pages = max(1, -(-len(terms) // TERMS_PER_PAGE))
     number = min(max(_int(page.request.query_params.get("page"), 1), 1), pages)
     first = (number - 1) * TERMS_PER_PAGE
-    audit: list[dict[str, Any]] = []
-    if page.session.admin:  # the audit log is the admin's (a tenant key gets 403 from the API)
-        records, _ = await page.api.get_json("/admin/audit", limit=200)
-        audit = [r for r in (records or {}).get("data", []) if r["list"] == name][:20]
     return page.render("list.html", status, title=f"Word list {name}", wordlist=data, terms=terms, query=query,
                        shown=terms[first:first + TERMS_PER_PAGE], first=first, pages=pages, page_number=number,
                        audit=audit, match_modes=MATCH_MODES, levels=OBFUSCATION_LEVELS,

@@ -9,6 +9,7 @@ chunks, or the API's error); closing it early closes the API's stream, which can
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,8 +26,8 @@ DEFAULT_MAX_TOKENS = 64
 
 @signed_in()
 async def live(page: Page) -> Response:
-    index, _ = await page.api.get_json("/admin/wordlists")
-    models, failure = await page.api.get_json("/v1/models")
+    (index, _), (models, failure) = await asyncio.gather(page.api.get_json("/admin/wordlists"),
+                                                         page.api.get_json("/v1/models"))
     available = (index or {}).get("data", [])
     return page.render("live.html", title="Live view", available=available,
                        chosen=[w["name"] for w in available if w["default"]],

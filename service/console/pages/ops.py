@@ -5,10 +5,12 @@ small chart of its rate over the last minutes (samples kept in the browser's ses
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from service.console.context import Page, error_text, signed_in
@@ -48,16 +50,15 @@ async def _read_counters(page: Page) -> tuple[dict[str, Any] | None, str | None]
     answer = await page.api.call("GET", "/metrics")
     if not answer.is_success:
         return None, f"/metrics answered HTTP {answer.status_code}"
-    return counters(answer.text), None
+    return await run_in_threadpool(counters, answer.text), None  # parsing the exposition: off the event loop
 
 
 @signed_in()
 async def ops(page: Page) -> Response:
-    readiness = await page.api.call("GET", "/readyz")
+    readiness, (models, failure), (lists, list_failure), (totals, metrics_failure) = await asyncio.gather(
+        page.api.call("GET", "/readyz"), page.api.get_json("/v1/models"), page.api.get_json("/admin/wordlists"),
+        _read_counters(page))
     ready = readiness.json() if readiness.headers.get("content-type", "").startswith("application/json") else {}
-    models, failure = await page.api.get_json("/v1/models")
-    lists, list_failure = await page.api.get_json("/admin/wordlists")
-    totals, metrics_failure = await _read_counters(page)
     return page.render("ops.html", title="Operations", ready=ready, ready_status=readiness.status_code,
                        model=(models or {"data": [{}]})["data"][0], lists=(lists or {}).get("data", []),
                        totals=totals, poll_s=POLL_S,

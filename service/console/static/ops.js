@@ -37,8 +37,10 @@
       if (!rates.length) { return; }
       var end = samples[samples.length - 1].time;
       var top = Math.max.apply(null, rates.map(function (r) { return r.value; }).concat([1]));
+      // The x axis spans the samples there are (up to the window): a chart opened a minute ago fills its width.
+      var span = Math.max(end - rates[0].time, 1);
       var points = rates.map(function (r) {
-        return [300 - ((end - r.time) * 1000 / WINDOW_MS) * 300, 58 - (r.value / top) * 56];
+        return [rates.length > 1 ? 300 - ((end - r.time) / span) * 300 : 300, 58 - (r.value / top) * 56];
       });
       line.setAttribute("points", points.map(function (p) { return p[0].toFixed(1) + "," + p[1].toFixed(1); }).join(" "));
       var dot = figure.querySelector(".dot");  // the latest rate, visible even before there is a line
