@@ -169,6 +169,8 @@ def test_editing_a_list_changes_what_the_check_playground_finds(server, admin):
     name = unique_name()
     page = admin.page
     admin.open("/console/lists")
+    admin.accessible()
+    screenshot(page, "word-lists")
     page.get_by_label("Name", exact=True).fill(name)
     page.get_by_label("Terms, one per line").fill("quince")
     page.get_by_role("button", name="Create list").click()
@@ -391,6 +393,7 @@ def test_the_audit_page_lists_changes_with_the_token_id(server, admin):
     rows = admin.page.locator("table").first.locator("tbody tr").all_inner_texts()
     assert any(name in row and re.search(r"\b[0-9a-f]{12}\b", row) for row in rows)
     admin.accessible()
+    screenshot(admin.page, "audit")
 
 
 def test_sign_out_ends_the_session(server, admin):
