@@ -54,8 +54,9 @@ class Rollback:
         fragment: the text taken back: from the start of the token at ``position`` to the end of the token
             that completed the term (UTF-8 decoded, a split character replaced by U+FFFD); never released to
             the client, as confidential as ``term``.
-        offset: characters of the answer before ``fragment`` (where the rollback happened in the text: the
-            answer's first ``offset`` characters were kept, the fragment stood right after them).
+        offset: characters of the answer kept before ``fragment`` when it was taken back (where the rollback
+            happened in the text; at least the characters already released, and a later rollback may go back
+            further).
         attempt: rollbacks at ``position`` so far, this one included (2 and up: the re-pick there was rolled
             back again; :attr:`SamplingParams.max_rollbacks_per_position` bounds it).
     """

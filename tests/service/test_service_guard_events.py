@@ -44,9 +44,9 @@ def test_each_rollback_is_a_chunk_where_it_happened_with_its_term_and_retracted_
         assert chunks[i]["usage"] is None  # include_usage: every chunk but the last says null
         assert (event["list"], event["term"], event["index"]) == ("request", "Paris", 0)  # the caller's own terms
         assert "Paris" in event["fragment"] and event["attempt"] >= 1
-        # Where it happened: the text streamed before the event is final, and the fragment stood after the
-        # offset's first characters of the answer, which the final answer keeps.
-        assert len(content(chunks[:i])) <= event["offset"] <= len(answer)
+        # Where it happened: never before the text already streamed (it is final).
+        assert len(content(chunks[:i])) <= event["offset"]
+    assert rollbacks[-1][1]["offset"] <= len(answer)  # the answer went on from the last one
     finish_at, finish = events[-1]
     assert finish == {"type": "finish", "index": 0, "finish_reason": chunks[finish_at + 1]["choices"][0]["finish_reason"],
                       "filtered_by": None, "rollbacks": len(rollbacks)}

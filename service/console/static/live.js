@@ -13,8 +13,8 @@
   var stop = document.getElementById("live-stop");
   var controller = null;
 
-  // The answer so far: characters received, and rollback markers waiting for the text to reach their offset
-  // (a rollback's offset is never before the text already streamed: released text is final).
+  // The answer so far: characters received, and rollback markers waiting for the text to reach their offset, in
+  // order of offset (a rollback's offset is never before the text already streamed: released text is final).
   var state = null;
 
   function reset() {
@@ -83,6 +83,9 @@
     if (event.type === "rollback") {
       state.rollbacks += 1;
       var node = marker(event);
+      // A rollback to before a marker still waiting for its text took that text back too: the marker's
+      // fragment stood in text that is now gone, so it is drawn where this rollback happened, before it.
+      state.pending.forEach(function (p) { p.offset = Math.min(p.offset, event.offset); });
       state.pending.push({ offset: event.offset, node: node });
       appendText("");
       logEvent("Rollback at token " + event.position + " (after " + event.offset + " characters): " +
