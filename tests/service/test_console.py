@@ -262,19 +262,21 @@ def test_versions_are_compared_and_an_older_one_rolled_back_to(server, admin):
 # -- tenants ------------------------------------------------------------------------------------------------------
 
 
-def create_tenant(admin: Console, own: str) -> str:
-    """A tenant created in the console's tenants page, owning the list ``own``; its key as shown once."""
+def create_tenant(admin: Console, own: str) -> tuple[str, str]:
+    """A tenant created in the console's tenants page, owning the list ``own``: its name, and its key as shown
+    once."""
     page = admin.page
+    name = unique_name()
     admin.open("/console/tenants")
-    page.get_by_label("Name", exact=True).fill(unique_name())
+    page.get_by_label("Name", exact=True).fill(name)
     page.locator("#new-own_wordlists").fill(own)
     page.get_by_role("button", name="Create tenant and key").click()
-    return page.get_by_label("API key", exact=True).input_value()
+    return name, page.get_by_label("API key", exact=True).input_value()
 
 
 def test_a_tenant_sees_and_edits_its_own_list_and_not_another_tenants(server, browser, admin):
     mine, theirs = unique_name(), unique_name()
-    key = create_tenant(admin, mine)
+    _, key = create_tenant(admin, mine)
     assert key.startswith("grk_")
     admin.accessible()
     screenshot(admin.page, "tenants")
@@ -304,6 +306,29 @@ def test_a_tenant_sees_and_edits_its_own_list_and_not_another_tenants(server, br
         tenant.accessible()
     finally:
         tenant.close()
+
+
+def test_a_tenants_policy_is_saved_and_its_key_rotated_once_shown_and_revoked(server, admin):
+    tenant, old_key = create_tenant(admin, unique_name())
+    page = admin.page
+    page.get_by_role("link", name=tenant).click()
+    page.locator("#max_tokens").fill("64")
+    page.get_by_label("Evasion guard (floor)").select_option("edit")
+    page.get_by_role("button", name="Save policy").click()
+    assert page.get_by_role("status").inner_text() == "Policy saved."
+    policy = api(server, "GET", f"/admin/tenants/{tenant}").json()["policy"]
+    assert (policy["max_tokens"], policy["evasion_guard"]) == (64, "edit")
+    page.get_by_role("button", name="Rotate: issue a new key").click()
+    new_key = page.get_by_label("API key", exact=True).input_value()
+    assert new_key.startswith("grk_") and new_key != old_key
+    assert api(server, "GET", "/admin/wordlists", token=old_key).status_code == 401  # refused at once
+    assert api(server, "GET", "/admin/wordlists", token=new_key).status_code == 200
+    admin.open(f"/console/tenants/{tenant}")
+    assert new_key not in page.content()  # shown once, never again
+    page.get_by_role("button", name="Revoke the key").click()
+    assert page.get_by_role("status").inner_text() == "Key revoked."
+    assert api(server, "GET", "/admin/wordlists", token=new_key).status_code == 401
+    admin.accessible()
 
 
 # -- the live view and operations ---------------------------------------------------------------------------------
