@@ -4,6 +4,7 @@ checked), and rendering through the page templates (Jinja2, autoescaped)."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,8 +23,6 @@ from service.console.session import Session, same_origin, session_of, valid_csrf
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
-#: Form bodies read at most (the service's body limit applies first; a console form is far smaller).
-MAX_FORM_BYTES = 1 << 20
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
@@ -42,8 +41,6 @@ _env.filters["when"] = _when
 
 def _asset_version() -> str:
     """A digest of the static files: their URLs change with them (``?v=``), so browsers may cache them."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(STATIC.iterdir()):
         digest.update(path.read_bytes())
@@ -80,9 +77,10 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
 
 
 async def read_form(request: Request) -> ImmutableMultiDict:
-    """An ``application/x-www-form-urlencoded`` body (what the console's forms send)."""
+    """An ``application/x-www-form-urlencoded`` body (what the console's forms send), whole: the service's body
+    limit (``GUARDRAIL_MAX_BODY_BYTES``, a 413 before the console reads it) bounds it."""
     body = await request.body()
-    return ImmutableMultiDict(parse_qsl(body[:MAX_FORM_BYTES].decode("utf-8", "replace"), keep_blank_values=True))
+    return ImmutableMultiDict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
 def app_of(request: Request) -> Any:
