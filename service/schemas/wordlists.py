@@ -81,7 +81,6 @@ class WordListIndex(ListOf[WordListSummary]):
 
 class VersionOut(BaseModel):
     version: int
-    etag: str = Field(description='"v<version>": the version\'s entity tag.')
     updated_at: float = Field(description="Unix time of the change that wrote it, seconds.")
     terms: int = Field(description="Number of terms.")
     allow: int = Field(description="Number of allow-terms.")
@@ -89,8 +88,8 @@ class VersionOut(BaseModel):
 
     @classmethod
     def of(cls, info: VersionInfo, current: int | None) -> VersionOut:
-        return cls(version=info.version, etag=f'"v{info.version}"', updated_at=info.updated_at, terms=info.terms,
-                   allow=info.allow, current=info.version == current)
+        return cls(version=info.version, updated_at=info.updated_at, terms=info.terms, allow=info.allow,
+                   current=info.version == current)
 
 
 class VersionIndex(ListOf[VersionOut]):

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from service.console.api import api_path
 from service.console.pages.check import Segment, segments
-from service.console.pages.lists import term_diff
+from service.console.pages.lists import _version_of, term_diff
 from service.console.pages.tenants import policy_of
 from service.console.session import Session, same_origin
 from service.console.transport import ASGIStreamTransport
@@ -71,6 +71,10 @@ def test_overlapping_matches_are_highlighted_run_by_run():
     matches = [{"start": 2, "end": 7}, {"start": 5, "end": 9}]
     assert segments("a bcdefgh i", matches) == [
         Segment("a "), Segment("bcd", (1,)), Segment("ef", (1, 2)), Segment("gh", (2,)), Segment(" i")]
+
+
+def test_the_version_a_conflict_was_seen_at_is_read_from_either_etag_form():
+    assert [_version_of(tag) for tag in ('"v3"', '"v12-1f2e3d4c5b6a"', 'W/"v4"', "*", None)] == [3, 12, 4, None, None]
 
 
 def test_a_diff_counts_options_as_part_of_a_term():

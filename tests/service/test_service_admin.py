@@ -87,12 +87,13 @@ def test_kept_versions_are_listed_read_and_written_back_with_put(service):
         "terms": [{"text": "Quince", "match": "prefix", "case_sensitive": True}], "allow": ["quinces"]})
     service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["medlar"]})
     versions = service.admin("GET", f"/admin/wordlists/{name}/versions").json()["data"]
-    assert [(v["version"], v["etag"], v["terms"], v["allow"], v["current"]) for v in versions] == [
-        (2, '"v2"', 2, 1, True), (1, '"v1"', 1, 1, False)]
+    assert [(v["version"], v["terms"], v["allow"], v["current"]) for v in versions] == [
+        (2, 2, 1, True), (1, 1, 1, False)]
     first = service.admin("GET", f"/admin/wordlists/{name}/versions/1")
     assert first.status_code == 200 and first.json()["version"] == 1
     body = {k: first.json()[k] for k in ("terms", "allow", "obfuscation")}  # a version's body is a PUT body
-    restored = service.admin("PUT", f"/admin/wordlists/{name}", json=body, headers={"If-Match": '"v2"'})
+    current = service.admin("GET", f"/admin/wordlists/{name}").headers["ETag"]
+    restored = service.admin("PUT", f"/admin/wordlists/{name}", json=body, headers={"If-Match": current})
     assert restored.status_code == 200 and restored.headers["ETag"] == '"v3"'
     assert service.admin("GET", f"/admin/wordlists/{name}").json()["terms"] == first.json()["terms"]
     missing = service.admin("GET", f"/admin/wordlists/{name}/versions/9")

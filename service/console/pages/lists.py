@@ -6,6 +6,7 @@ with the API's message next to the field."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
@@ -29,9 +30,9 @@ def _term_key(term: dict[str, Any]) -> tuple[str, str, bool, str | None]:
 
 
 def _version_of(etag: str | None) -> int | None:
-    """``"v3"`` -> 3."""
-    bare = (etag or "").strip().strip('"')
-    return int(bare[1:]) if bare.startswith("v") and bare[1:].isdigit() else None
+    """The version an ETag of this service names: ``"v3"`` or ``"v3-<content digest>"`` -> 3."""
+    found = re.match(r'^(?:W/)?"?v(\d+)\b', (etag or "").strip())
+    return int(found.group(1)) if found else None
 
 
 def term_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -170,10 +171,11 @@ async def versions(page: Page) -> Response:
         if failure is not None and error is None:
             error = error_text(failure)
         status = 409 if error and error.startswith("Conflict") else (400 if error else 200)
-    data, failure = await page.api.get_json(api_path("admin", "wordlists", name, "versions"))
+    (data, failure), (current, _) = await asyncio.gather(
+        page.api.get_json(api_path("admin", "wordlists", name, "versions")),
+        page.api.get_json(api_path("admin", "wordlists", name)))  # its ETag: a roll back is If-Match it
     if failure is not None:
         return page.render("error.html", failure.status, title=f"Versions of {name}", message=error_text(failure))
-    current = next((v for v in data["data"] if v["current"]), None)
     return page.render("versions.html", status, title=f"Versions of {name}", name=name, versions=data["data"],
                        current=current, notice=notice, error=error)
 
