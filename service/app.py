@@ -83,6 +83,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Other APIs' shapes on the same generation path and lists (Anthropic's Messages, OpenAI's moderations).
     app.include_router(messages.router)
     app.include_router(moderations.router)
+    if settings.console:  # pages over the API above, with the caller's credentials (docs/console.md)
+        from service.console import PREFIX, build_console
+
+        app.mount(PREFIX, build_console(app))
     # Added last = outermost: the body limit answers before anything reads the body.
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -34,6 +34,7 @@ from guardrail.guard.logprobs import TokenLogprob
 from guardrail.params import SamplingParams
 from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
+from service import guard_events
 from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
@@ -215,6 +216,7 @@ class Prepared:
     caller: Caller | None = None
     tokens: int = 0  # what the caller's tokens-per-minute limit counts: prompt + n x max_tokens
     keepalive_s: float = 0.0
+    guard_events: bool = False  # stream_options.include_guard_events (service/guard_events.py)
 
 
 def reject_unsupported(body: GenerationFields) -> None:
@@ -379,6 +381,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         GenerationRequest(prompt, wordlists, params, body.n, fields, settings.debug_log_prompts),
         stream=body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        guard_events=bool(body.stream_options and body.stream_options.include_guard_events),
         caller=caller,
         tokens=len(prompt) + body.n * max_tokens,
         keepalive_s=settings.sse_keepalive_s,
@@ -553,7 +556,9 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
     """The SSE body: chunks of released text, the finish chunk(s) of each choice, optional usage, [DONE].
 
     With ``stream_options.include_usage`` every chunk carries ``usage: null`` and a last chunk with no
-    choices carries the totals (OpenAI's shape). A comment line is sent whenever ``keepalive_s`` passes
+    choices carries the totals (OpenAI's shape). With ``stream_options.include_guard_events`` each rollback, and
+    each choice's end before its finish chunk, is a chunk with no choices and a ``guardrail_event``
+    (:mod:`service.guard_events`). A comment line is sent whenever ``keepalive_s`` passes
     without a chunk. A failure after the stream started becomes an ``error`` event (OpenAI's error body)
     followed by ``[DONE]``; so does the drain deadline (status 503, code ``server_shutting_down``). When the
     client disconnects, Starlette cancels this generator and ``finally`` stops the generation.
@@ -565,6 +570,10 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
     # no text, or text a tool-call parser holds, yields none).
     unsent: dict[int, list[TokenLogprob]] = {}
     sent_text = False
+    readable = guard_events.readable_by(prepared.caller) if prepared.guard_events else None
+
+    def guard_event(event: dict[str, Any]) -> str:
+        return chunk_event(guard_events.event_chunk(shape.usage_chunk(completion, {}), event))
 
     def with_logprobs(chunks: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
         pending = unsent.get(index)
@@ -601,8 +610,12 @@ async def _sse(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Re
                             yield chunk_event(chunk)
                 elif isinstance(event, Rollback):
                     records.setdefault(index, GuardRecord()).add(event)
+                    if readable is not None:
+                        yield guard_event(guard_events.rollback_event(index, event, readable))
                 elif isinstance(event, Finish):
                     total.add(event.usage)
+                    if readable is not None:
+                        yield guard_event(guard_events.finish_event(index, event))
                     result = ChoiceResult(event, records.get(index, GuardRecord()).to_dict(event))
                     for chunk in with_logprobs(shape.finish_chunks(completion, index, result), index):
                         yield chunk_event(chunk)

@@ -48,8 +48,8 @@ def open_store(settings: Settings) -> WordListStore:
     """The Redis store when ``GUARDRAIL_REDIS_URL`` is set, else the embedded one under ``data_dir``."""
     if settings.redis_url:
         return RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout_s,
-                          settings.audit_max_records)
-    return EmbeddedStore(settings.data_dir, settings.audit_max_records)
+                          settings.audit_max_records, settings.wordlist_history)
+    return EmbeddedStore(settings.data_dir, settings.audit_max_records, settings.wordlist_history)
 
 
 def seed_lists(settings: Settings) -> list[WordList]:

@@ -21,6 +21,7 @@ from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
+from service.stores.store import DEFAULT_HISTORY
 
 #: Seconds past a request's own time limit before a silent generation is declared failed (service/worker.py).
 WATCHDOG_GRACE_S = 30.0
@@ -106,6 +107,9 @@ class Settings(BaseSettings):
         1.0, gt=0, description="How often the word-list versions are re-read from the store, seconds."
     )
     audit_max_records: int = Field(10_000, ge=1, description="Audit records kept (oldest dropped).")
+    wordlist_history: int = Field(
+        DEFAULT_HISTORY, ge=1, le=1000, description="Versions of each word list kept, the current one included "
+        "(GET /admin/wordlists/{name}/versions: compare them, write an older one back).")
 
     # -- credentials ------------------------------------------------------------------------------
     admin_token: SecretStr | None = Field(None, description="Bearer token for /admin; unset = admin off.")
@@ -186,6 +190,11 @@ class Settings(BaseSettings):
     sse_keepalive_s: float = Field(
         5.0, ge=0, description="Seconds without a chunk after which a stream sends an SSE comment (': keep-alive'), "
         "so that idle proxies keep it open while the guard holds text back; 0 turns it off.")
+
+    # -- admin console ----------------------------------------------------------------------------
+    console: bool = Field(
+        True, description="Serve the admin console at /console (docs/console.md): pages that call this API with the "
+        "signed-in caller's admin token or tenant key; false leaves it out.")
 
     # -- logging ----------------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Python logging level name.")

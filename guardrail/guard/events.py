@@ -41,13 +41,24 @@ class Rollback:
     Attributes:
         position: index (0-based, among completion tokens) of the token where the term began; decoding
             resumes there with that token banned.
-        list_name: the word list of the term (never the term itself: events reach logs and metrics).
+        list_name: the word list of the term (what logs and metrics may name).
         tokens_discarded: completion tokens dropped (0 when the candidate token itself began the term and
             was simply re-picked).
         escalated: this rollback escalated its term: the evasion guard matches it as a substring from
             ``position`` on (:mod:`guardrail.guard.escalation`).
         evasion: the hit was an escalated term's form (glued, joined by ``_``) that the term's own match
             mode would have let through.
+        term: the term as written in its list (``re:PATTERN`` for a regex term); ``""`` for a stop-string cut
+            whose text could not be checked. Confidential: never in logs or metrics; the service streams it
+            only to a caller who may read the list (docs/service.md, "Guard events").
+        fragment: the text taken back: from the start of the token at ``position`` to the end of the token
+            that completed the term (UTF-8 decoded, a split character replaced by U+FFFD); never released to
+            the client, as confidential as ``term``.
+        offset: characters of the answer kept before ``fragment`` when it was taken back (where the rollback
+            happened in the text; at least the characters already released, and a later rollback may go back
+            further).
+        attempt: rollbacks at ``position`` so far, this one included (2 and up: the re-pick there was rolled
+            back again; :attr:`SamplingParams.max_rollbacks_per_position` bounds it).
     """
 
     position: int
@@ -55,6 +66,10 @@ class Rollback:
     tokens_discarded: int
     escalated: bool = False
     evasion: bool = False
+    term: str = ""
+    fragment: str = ""
+    offset: int = 0
+    attempt: int = 1
 
 
 @dataclass(frozen=True)

@@ -444,7 +444,7 @@ class GuardSession(GuardState):
                 if found is not None and (hit is None or found.start_token < hit.start_token):
                     hit, source = found, escalation
             if hit is not None:
-                return self._roll_back(hit, (), source)
+                return self._roll_back(hit, (), source, token_id)
         self._tokens.append(token_id)
         text = self.text
         text.append(token_id)
@@ -566,11 +566,14 @@ class GuardSession(GuardState):
                 return step
             events = step.events
 
-    def _roll_back(self, hit: Hit, events: tuple[Event, ...], source: Escalation | None = None) -> Step:
+    def _roll_back(self, hit: Hit, events: tuple[Event, ...], source: Escalation | None = None,
+                   candidate: int | None = None) -> Step:
         """Go back to ``hit.start_token`` and ban the term's first token there (or finish: budget spent).
 
         ``source``: the escalation that reported the hit (``None``: the lists' matcher). A hit of the lists'
         matcher escalates its term (evasion guard) from ``hit.start_token`` on, unless it already is.
+        ``candidate``: the picked token that completed the term and was not kept (``None`` when the hit is in
+        the kept text: a stop-string cut, the end of text); its text ends the event's ``fragment``.
         """
         start = hit.start_token
         self.rollbacks += 1
@@ -580,6 +583,10 @@ class GuardSession(GuardState):
             self._filtered_by = hit.list_name
             return Step(FINISH, self.position, events, "content_filter")
         discarded = self.position - start
+        # What the event reports (the text is cut below): the retracted fragment and where it stood.
+        data, begin = self.text.data, self.text.end(start)
+        fragment = bytes(data[begin:]) + (self.vocab.token_bytes[candidate] if candidate is not None else b"")
+        offset = len(bytes(data[:begin]).decode("utf-8", "replace"))
         matcher = self.matcher
         assert matcher is not None, "a hit comes from the matcher"
         self._rewind(start)
@@ -593,7 +600,9 @@ class GuardSession(GuardState):
             del self._rollbacks_at[later]
         if discarded:
             self._truncate(start)
-        rollback = Rollback(start, hit.list_name, discarded, escalated=escalated, evasion=source is not None)
+        rollback = Rollback(start, hit.list_name, discarded, escalated=escalated, evasion=source is not None,
+                            term=hit.term if hit.term_id != UNCHECKED_CUT else "",
+                            fragment=fragment.decode("utf-8", "replace"), offset=offset, attempt=count)
         return Step(ROLLBACK, start, (*events, rollback))
 
     # -- the evasion guard (guardrail/guard/escalation.py) ----------------------------------------------

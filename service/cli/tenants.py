@@ -42,6 +42,8 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--allowed-wordlists", type=_names, metavar="A,B",
                         help="the only lists a request may name (default: any)")
     policy.add_argument("--required-wordlists", type=_names, metavar="A,B", help="lists always enforced")
+    policy.add_argument("--own-wordlists", type=_names, metavar="A,B", help="stored lists the tenant reads and edits "
+                        "with its own key (/admin/wordlists)")
     policy.add_argument("--no-request-terms", action="store_true", help="refuse requests' own banned_terms (403)")
     policy.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, help="default and floor of the evasion guard")
     policy.add_argument("--obfuscation", metavar="LEVEL[+markup]", help="default and floor of the obfuscation level")
@@ -53,8 +55,8 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> None:
 def policy_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The policy body the options describe (only the options given)."""
     policy: dict[str, Any] = {}
-    for field in ("default_wordlists", "allowed_wordlists", "required_wordlists", "evasion_guard", "obfuscation",
-                  "max_tokens", "requests_per_minute", "tokens_per_minute"):
+    for field in ("default_wordlists", "allowed_wordlists", "required_wordlists", "own_wordlists", "evasion_guard",
+                  "obfuscation", "max_tokens", "requests_per_minute", "tokens_per_minute"):
         value = getattr(args, field)
         if value is not None:
             policy[field] = value

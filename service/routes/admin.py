@@ -1,6 +1,10 @@
-"""The admin API: word lists (list, read, create/replace, add/remove terms, delete) and the audit log.
+"""The admin API: word lists (list, read, create/replace, add/remove terms, delete, their kept versions) and the
+audit log.
 
-Every route needs the admin bearer token (:func:`service.auth.require_admin`). Reads go to the store
+Every route takes the admin bearer token (:func:`service.auth.require_admin`); the word-list routes take a
+tenant key too (:func:`service.tenants.access.require_list_access`), which reads and writes the lists of its
+policy's ``own_wordlists`` and reads the bundled lists; any other list is a 404 to it, as if it did not
+exist, so that names do not leak. The audit log is the admin's only. Reads go to the store
 (the truth, so an ETag read here is current); a successful write is applied to this replica's
 catalog at once and reaches other replicas through the store (hint + version polling). Optimistic
 concurrency: ``ETag: "v<version>"`` on reads and writes, ``If-Match`` (412 when stale) and
@@ -27,6 +31,8 @@ from service.schemas.terms import to_terms
 from service.schemas.wordlists import (
     AuditLog,
     AuditOut,
+    VersionIndex,
+    VersionOut,
     WordListIn,
     WordListIndex,
     WordListOut,
@@ -46,16 +52,19 @@ from service.stores.store import (
     patched,
     replacement,
 )
+from service.tenants.access import ListAccess, require_list_access
 
 _ERRORS = {
-    401: {"description": "No bearer token."},
-    403: {"description": "Wrong token, or the admin API is disabled (GUARDRAIL_ADMIN_TOKEN unset)."},
+    401: {"description": "No bearer token, or a tenant key that is not live."},
+    403: {"description": "Wrong token, the admin API is disabled (GUARDRAIL_ADMIN_TOKEN unset), or a tenant key "
+          "changing a list it does not own."},
     503: {"description": "The word-list store does not answer."},
 }
 _WRITE_ERRORS = {409: {"description": "The list kept changing during the update (busy): retry."}}
 router = APIRouter(prefix="/admin", tags=["admin"], responses=_ERRORS)
 
 TokenId = Annotated[str, Depends(require_admin)]
+Access = Annotated[ListAccess, Depends(require_list_access)]
 ListName = Annotated[str, Path(pattern=NAME_PATTERN, description="1-64 of A-Z a-z 0-9 _ . - (not first: . _ -)")]
 IfMatch = Annotated[str | None, Header(description='"v<version>" from an ETag, or *')]
 IfNoneMatch = Annotated[str | None, Header(description="* : create only, 412 if the list exists")]
@@ -133,16 +142,17 @@ def _summary(runtime: Runtime, stored: StoredWordList) -> WordListSummary:
 
 
 @router.get("/wordlists", response_model=WordListIndex, summary="List the word lists")
-def list_wordlists(_: TokenId, runtime: RuntimeDep) -> WordListIndex:
+def list_wordlists(access: Access, runtime: RuntimeDep) -> WordListIndex:
     with _store_errors(runtime):
-        names = sorted(runtime.store.versions())
+        names = sorted(name for name in runtime.store.versions() if access.may_read(name))
         stored = [s for s in (runtime.store.get(n) for n in names) if s is not None]
     return WordListIndex(data=[_summary(runtime, s) for s in stored])
 
 
 @router.get("/wordlists/{name}", response_model=WordListOut, summary="Read a word list (terms, version, ETag)",
             responses={404: {"description": "No such list."}})
-def get_wordlist(name: ListName, _: TokenId, runtime: RuntimeDep, response: Response) -> WordListOut:
+def get_wordlist(name: ListName, access: Access, runtime: RuntimeDep, response: Response) -> WordListOut:
+    access.check_read(name)
     with _store_errors(runtime):
         stored = runtime.store.get(name)
     if stored is None:
@@ -151,11 +161,43 @@ def get_wordlist(name: ListName, _: TokenId, runtime: RuntimeDep, response: Resp
     return WordListOut.of(stored)
 
 
+@router.get("/wordlists/{name}/versions", response_model=VersionIndex,
+            summary="The kept versions of a word list, newest first (GUARDRAIL_WORDLIST_HISTORY)",
+            responses={404: {"description": "No version of this name was ever written."}})
+def list_versions(name: ListName, access: Access, runtime: RuntimeDep) -> VersionIndex:
+    """The latest versions of the list (the current one included while the list exists; after a delete, the
+    versions it had). Read one with ``GET .../versions/{version}``; write an older one back with ``PUT`` (its
+    body is a valid ``PUT`` body) and ``If-Match`` the current ETag."""
+    access.check_read(name)
+    with _store_errors(runtime):
+        kept = runtime.store.history(name)
+        current = runtime.store.get(name)
+    if not kept:
+        raise ApiError(404, f"word list {name!r} does not exist", param="name", code="wordlist_not_found")
+    return VersionIndex(data=[VersionOut.of(v, current.version if current else None) for v in kept])
+
+
+@router.get("/wordlists/{name}/versions/{version}", response_model=WordListOut,
+            summary="One kept version of a word list (terms, version, ETag)",
+            responses={404: {"description": "No such list, or the version is not kept."}})
+def get_wordlist_version(name: ListName, version: Annotated[int, Path(ge=1)], access: Access,
+                         runtime: RuntimeDep) -> WordListOut:
+    access.check_read(name)
+    with _store_errors(runtime):
+        stored = runtime.store.get_version(name, version)
+    if stored is None:
+        raise ApiError(404, f"word list {name!r} has no kept version {version} (GET .../versions lists them)",
+                       param="version", code="version_not_found")
+    return WordListOut.of(stored)
+
+
 @router.put("/wordlists/{name}", response_model=WordListSummary, summary="Create or replace a word list",
             responses={201: {"description": "Created."}, 412: {"description": "Stale If-Match."},
                        413: {"description": "Too many terms."}, **_WRITE_ERRORS})
-def put_wordlist(name: ListName, body: WordListIn, token_id: TokenId, runtime: RuntimeDep, response: Response,
+def put_wordlist(name: ListName, body: WordListIn, access: Access, runtime: RuntimeDep, response: Response,
                  if_match: IfMatch = None, if_none_match: IfNoneMatch = None) -> WordListSummary:
+    access.check_write(name)
+    token_id = access.token_id
     precondition = _precondition(if_match, if_none_match)
     created = False
 
@@ -177,8 +219,10 @@ def put_wordlist(name: ListName, body: WordListIn, token_id: TokenId, runtime: R
 @router.patch("/wordlists/{name}", response_model=WordListSummary, summary="Add and remove terms",
               responses={404: {"description": "No such list."}, 412: {"description": "Stale If-Match."},
                          413: {"description": "Too many terms."}, **_WRITE_ERRORS})
-def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runtime: RuntimeDep,
+def patch_wordlist(name: ListName, body: WordListPatch, access: Access, runtime: RuntimeDep,
                    response: Response, if_match: IfMatch = None) -> WordListSummary:
+    access.check_write(name)
+    token_id = access.token_id
     precondition = _precondition(if_match, None)
     limit = runtime.settings.max_list_terms
     items = to_terms(body.add)
@@ -216,7 +260,9 @@ def patch_wordlist(name: ListName, body: WordListPatch, token_id: TokenId, runti
                responses={404: {"description": "No such list."},
                           409: {"description": "In the default set, or the list kept changing (busy)."},
                           412: {"description": "Stale If-Match."}})
-def delete_wordlist(name: ListName, token_id: TokenId, runtime: RuntimeDep, if_match: IfMatch = None) -> Response:
+def delete_wordlist(name: ListName, access: Access, runtime: RuntimeDep, if_match: IfMatch = None) -> Response:
+    access.check_write(name)
+    token_id = access.token_id
     if name in runtime.default_wordlists:
         raise ApiError(409, f"word list {name!r} is in this server's default set (GUARDRAIL_WORDLISTS); "
                        "replace its terms instead", param="name", code="wordlist_in_default_set")

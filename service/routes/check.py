@@ -18,7 +18,7 @@ from service.runtime import Runtime
 from service.schemas.check import MAX_CHECK_MATCHES, CheckMatch, CheckRequest, CheckResponse, ListVersion
 from service.schemas.terms import TermItem
 from service.stores.store import StoredWordList
-from service.tenants.access import caller_of
+from service.tenants.access import caller_of, may_read_list
 from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
 
 router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_client)])
@@ -75,14 +75,18 @@ def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckRes
     docs/wordlists.md (NFKC, case folding, whitespace runs, match modes) and the obfuscation level
     (``obfuscation``, else the API key's or the server's: docs/matching.md), the same the decoder enforces. The
     API key's policy applies as to a generation (its default, allowed and required lists, request terms,
-    obfuscation floor).
+    obfuscation floor). ``term`` is given only for lists the caller may read
+    (:func:`service.tenants.access.may_read_list`), else null: a private list cannot be read out by scanning
+    a dictionary.
     """
     scanner = Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
                                   "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
     found = scanner.scan(body.text)
     first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
-    matches = [CheckMatch(term=m.term, list=m.list_name, start=m.start, end=m.end, text=body.text[m.start:m.end])
-               for m in first]
+    caller = caller_of(request)
+    readable = {name: may_read_list(caller, name, admin=False) for name in {m.list_name for m in first}}
+    matches = [CheckMatch(term=m.term if readable[m.list_name] else None, list=m.list_name, start=m.start,
+                          end=m.end, text=body.text[m.start:m.end]) for m in first]
     return CheckResponse(
         flagged=bool(matches),
         matches=matches,

@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from guardrail.wordlists.wordlist import bundled_names
 from service.auth import require_admin
 from service.deps import RuntimeDep
 from service.errors import ApiError
@@ -72,7 +73,9 @@ def _store_errors(name: str | None = None) -> Iterator[None]:
 
 
 def _check_lists(runtime: Runtime, policy: TenantPolicy, param: str) -> None:
-    """Every list the policy names exists now (a typo would otherwise fail each of the tenant's requests).
+    """Every list the policy enforces or allows exists now (a typo would otherwise fail each of the tenant's
+    requests); the lists it owns need not (the tenant creates them), but may not be bundled lists or lists of the
+    server's default set.
 
     Raises:
         ApiError: 400 naming ``<param>.<field>.<index>``.
@@ -82,6 +85,12 @@ def _check_lists(runtime: Runtime, policy: TenantPolicy, param: str) -> None:
             if runtime.catalog.get(name) is None:
                 raise ApiError(400, f"word list {name!r} does not exist", param=f"{param}{field}.{index}",
                                code="wordlist_not_found")
+    bundled = set(bundled_names())
+    for index, name in enumerate(policy.own_wordlists):
+        if name in bundled or name in runtime.default_wordlists:
+            raise ApiError(400, f"word list {name!r} is a bundled list or in the server's default set: it serves "
+                           "every caller and only the admin changes it", param=f"{param}own_wordlists.{index}",
+                           code="invalid_value")
 
 
 @router.get("/admin/tenants", response_model=TenantIndex, summary="List the tenants (never their keys)")

@@ -31,7 +31,9 @@ class CheckRequest(BaseModel):
 
 
 class CheckMatch(BaseModel):
-    term: str = Field(description="The term as written in its list.")
+    term: str | None = Field(description="The term as written in its list; null when the caller may not read the "
+                             "list (a stored list other than a bundled one or the tenant's own_wordlists, "
+                             "without the admin token): then only the list and the span are given.")
     list: str = Field(description="The list holding the term ('request' for banned_terms).")
     start: int = Field(description="Index of the first character in `text` (code points).")
     end: int = Field(description="Index past the last character (exclusive).")

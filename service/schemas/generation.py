@@ -75,6 +75,10 @@ def structured_output(response_format: dict[str, Any] | None,
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    include_guard_events: bool = Field(
+        False, description="Extension (chat and text completions): the guard's rollbacks and each choice's finish as "
+        "extra chunks with no choices and a guardrail_event field; the term and the retracted fragment only for "
+        "lists the caller may read (docs/service.md, Guard events).")
 
 
 class GenerationFields(BaseModel):

@@ -19,7 +19,7 @@ class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="1-64 of A-Z a-z 0-9 _ . - (not first: . _ -); not "
-                      "'anonymous', 'other' or 'none'. The metrics label and log field of its requests.")
+                      "'anonymous', 'admin', 'other' or 'none'. The metrics label and log field of its requests.")
     policy: TenantPolicy = Field(default_factory=TenantPolicy)
 
 

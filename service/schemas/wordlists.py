@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from guardrail.wordlists.wordlist import MatchMode, written_term
 from service.schemas.envelope import ListOf
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
-from service.stores.store import AuditRecord, StoredWordList
+from service.stores.store import AuditRecord, StoredWordList, VersionInfo
 
 
 class WordListIn(BaseModel):
@@ -76,6 +76,23 @@ class WordListSummary(BaseModel):
 
 
 class WordListIndex(ListOf[WordListSummary]):
+    pass
+
+
+class VersionOut(BaseModel):
+    version: int
+    updated_at: float = Field(description="Unix time of the change that wrote it, seconds.")
+    terms: int = Field(description="Number of terms.")
+    allow: int = Field(description="Number of allow-terms.")
+    current: bool = Field(description="The list's current version.")
+
+    @classmethod
+    def of(cls, info: VersionInfo, current: int | None) -> VersionOut:
+        return cls(version=info.version, updated_at=info.updated_at, terms=info.terms, allow=info.allow,
+                   current=info.version == current)
+
+
+class VersionIndex(ListOf[VersionOut]):
     pass
 
 

@@ -2,8 +2,9 @@
 
 Layout (all UTF-8)::
 
-    <data_dir>/wordlists/<name>.v<version>.txt   the list in the word-list format (docs/wordlists.md)
-    <data_dir>/wordlists/index.json    {"lists": {name: {"version", "updated_at"}}, "counters": {name: n}}
+    <data_dir>/wordlists/<name>.v<version>.txt   a kept version of the list in the word-list format (docs/wordlists.md)
+    <data_dir>/wordlists/index.json    {"lists": {name: {"version", "updated_at"}}, "counters": {name: n},
+                                        "history": {name: [{"version", "updated_at", "terms", "allow"}, ...]}}
     <data_dir>/audit.jsonl             one AuditRecord per line, oldest first
 
     <data_dir>/.lock                   the data directory's lock; holds the pid and host of its holder
@@ -11,7 +12,9 @@ Layout (all UTF-8)::
 Every file is replaced atomically and durably (write a temporary file in the same directory, fsync,
 ``os.replace``, fsync the directory: :func:`guardrail.atomic_file.write_atomically`), so a crash of the
 process or the machine leaves either the old or the new version. A new version goes to a new file and
-the index, written last, is the commit point: a list file the index does not name is removed on load.
+the index, written last, is the commit point: a list file the index does not name is removed on load. The
+index's ``history`` names the kept versions (oldest first, at most ``history_max``); the file of a version
+that falls out of it is removed after the commit.
 ``write`` returns (the change is acknowledged) only after the index's rename is durable. The audit
 record is appended and fsynced after the commit; a record torn by a crash is cut off on load.
 
@@ -38,12 +41,15 @@ from guardrail.atomic_file import fsync_directory, read_json, write_atomically, 
 from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.audit_log import JsonLinesLog
 from service.stores.store import (
+    DEFAULT_HISTORY,
     AuditRecord,
     Compute,
     Precondition,
     PreconditionFailed,
     StoredWordList,
     StoreUnavailable,
+    VersionInfo,
+    trimmed,
 )
 
 log = logging.getLogger("guardrail.service.store")
@@ -62,6 +68,7 @@ class EmbeddedStore:
     Args:
         data_dir: directory for the files above (created if missing).
         audit_max_records: audit records kept; older ones are dropped when the file is compacted.
+        history_max: versions of each list kept (the current one included).
 
     Raises:
         DataDirLocked: at construction, when another process (or another open store) holds the data
@@ -71,7 +78,7 @@ class EmbeddedStore:
 
     kind = "embedded"
 
-    def __init__(self, data_dir: Path, audit_max_records: int = 10_000) -> None:
+    def __init__(self, data_dir: Path, audit_max_records: int = 10_000, history_max: int = DEFAULT_HISTORY) -> None:
         self._dir = Path(data_dir)
         self._lists_dir = self._dir / "wordlists"
         self._index_path = self._lists_dir / "index.json"
@@ -81,6 +88,8 @@ class EmbeddedStore:
         self._lock = threading.Lock()
         self._lists: dict[str, StoredWordList] = {}
         self._counters: dict[str, int] = {}
+        self._history_max = history_max
+        self._history: dict[str, list[VersionInfo]] = {}  # oldest first
         self._lock_fd = self._lock_data_dir()
         try:
             self._load()
@@ -129,7 +138,11 @@ class EmbeddedStore:
                         int(meta["version"]),
                         float(meta["updated_at"]),
                     )
-            referenced = {self._list_path(n, s.version) for n, s in self._lists.items()}
+                for name, entries in index.get("history", {}).items():
+                    self._history[name] = [VersionInfo(**entry) for entry in entries]
+            for name, stored in self._lists.items():  # an index written before versions were kept
+                self._history.setdefault(name, [VersionInfo.of(stored)])
+            referenced = {self._list_path(n, e.version) for n, entries in self._history.items() for e in entries}
             leftovers = [*self._lists_dir.glob("*.v*.txt"), *self._lists_dir.glob(".*.tmp"), *self._dir.glob(".*.tmp")]
             for leftover in leftovers:
                 if leftover not in referenced:  # written by a change that never committed
@@ -166,6 +179,22 @@ class EmbeddedStore:
                 raise StoreUnavailable(f"cannot read {self._audit_path}: {exc}") from exc
         return [AuditRecord(**row) for row in rows]
 
+    def history(self, name: str) -> list[VersionInfo]:
+        with self._lock:
+            return list(reversed(self._history.get(name, [])))
+
+    def get_version(self, name: str, version: int) -> StoredWordList | None:
+        with self._lock:  # a write may remove the file of a version that falls out of the history
+            entry = next((e for e in self._history.get(name, []) if e.version == version), None)
+            if entry is None:
+                return None
+            path = self._list_path(name, version)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
+        return StoredWordList(parse_wordlist(text, name, source=str(path)), version, entry.updated_at)
+
     # -- writing ----------------------------------------------------------------------------------
     def write(
         self, name: str, compute: Compute, precondition: Precondition | None, token_id: str | None
@@ -182,20 +211,24 @@ class EmbeddedStore:
             lists = dict(self._lists)
             counters = {**self._counters, name: version}
             stored = None
+            if change.wordlist is not None:
+                stored = StoredWordList(change.wordlist, version, now)
+            kept, cut = trimmed(self._history.get(name, []), VersionInfo.of(stored) if stored else None,
+                                self._history_max)
+            history = {**self._history, name: kept}
             try:
-                if change.wordlist is None:
+                if stored is None:
                     lists.pop(name, None)
                 else:
-                    stored = StoredWordList(change.wordlist, version, now)
-                    write_atomically(self._list_path(name, version), format_wordlist(change.wordlist))
+                    write_atomically(self._list_path(name, version), format_wordlist(stored.wordlist))
                     lists[name] = stored
                 # The index is the commit point: until it is replaced, the previous version is served.
-                self._write_index(lists, counters)
+                self._write_index(lists, counters, history)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot write the embedded store in {self._dir}: {exc}") from exc
-            if current is not None:
-                self._list_path(name, current.version).unlink(missing_ok=True)
-            self._lists, self._counters = lists, counters
+            for old in cut:  # out of the history now
+                self._list_path(name, old).unlink(missing_ok=True)
+            self._lists, self._counters, self._history = lists, counters, history
             record = AuditRecord(now, change.action, name, version, token_id, change.added, change.removed)
             try:
                 self._append_audit(record)
@@ -203,10 +236,12 @@ class EmbeddedStore:
                 log.exception("audit record lost", extra={"list": name, "version": version})
             return stored
 
-    def _write_index(self, lists: dict[str, StoredWordList], counters: dict[str, int]) -> None:
+    def _write_index(self, lists: dict[str, StoredWordList], counters: dict[str, int],
+                     history: dict[str, list[VersionInfo]]) -> None:
         index = {
             "lists": {n: {"version": s.version, "updated_at": s.updated_at} for n, s in sorted(lists.items())},
             "counters": dict(sorted(counters.items())),
+            "history": {n: [e.to_dict() for e in entries] for n, entries in sorted(history.items())},
         }
         write_json_atomically(self._index_path, index)
 

@@ -4,6 +4,8 @@ Keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``, default ``"guardrail:"``)::
 
     {ns}wordlist:{name}           hash: version, updated_at, body (word-list text format)
     {ns}wordlist-version:{name}   last version ever given to the name (kept after a delete)
+    {ns}wordlist-history:{name}   list of JSON VersionInfo of the kept versions, newest first (kept after a delete)
+    {ns}wordlist-bodies:{name}    hash: version -> body of each kept version
     {ns}wordlists                 hash: name -> current version (what replicas poll)
     {ns}audit                     list of JSON audit records, newest first, capped (LTRIM)
     {ns}wordlist-changes          pub/sub channel: {"list", "version"} after each change (a hint only)
@@ -41,13 +43,16 @@ from redis.exceptions import RedisError, WatchError
 from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
 from guardrail.wordlists.wordlist import format_wordlist, parse_wordlist
 from service.stores.store import (
+    DEFAULT_HISTORY,
     AuditRecord,
     Compute,
     Precondition,
     PreconditionFailed,
     StoredWordList,
     StoreUnavailable,
+    VersionInfo,
     WriteConflict,
+    trimmed,
 )
 
 log = logging.getLogger("guardrail.service.store")
@@ -69,6 +74,7 @@ class RedisStore:
             :func:`guardrail.redis_client.worst_case_stall_s` (2 × ``timeout_s``) and every method
             raises at the first call that fails.
         audit_max_records: audit records kept.
+        history_max: versions of each list kept (the current one included).
 
     Attributes:
         epoch: id of the life of the data this store last saw (None before the first contact).
@@ -83,7 +89,7 @@ class RedisStore:
     kind = "redis"
 
     def __init__(self, url: str, namespace: str = "guardrail:", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 audit_max_records: int = 10_000) -> None:
+                 audit_max_records: int = 10_000, history_max: int = DEFAULT_HISTORY) -> None:
         self.namespace = namespace
         self._redis = bounded_client(url, timeout_s, health_check_interval=30, decode_responses=True)
         self._index = f"{self.namespace}wordlists"
@@ -91,6 +97,7 @@ class RedisStore:
         self.channel = f"{self.namespace}wordlist-changes"
         self._epoch_key = f"{self.namespace}store-epoch"
         self._audit_max = audit_max_records
+        self._history_max = history_max
         self.epoch: str | None = None
         self.floor = 0
         self.resets = 0
@@ -101,6 +108,12 @@ class RedisStore:
 
     def _counter_key(self, name: str) -> str:
         return f"{self.namespace}wordlist-version:{name}"
+
+    def _history_key(self, name: str) -> str:
+        return f"{self.namespace}wordlist-history:{name}"
+
+    def _bodies_key(self, name: str) -> str:
+        return f"{self.namespace}wordlist-bodies:{name}"
 
     # -- the epoch ---------------------------------------------------------------------------------
     def _adopt_epoch(self, raw: str | None) -> bool:
@@ -170,11 +183,34 @@ class RedisStore:
             raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
         return [AuditRecord(**json.loads(row)) for row in rows]
 
+    def history(self, name: str) -> list[VersionInfo]:
+        try:
+            rows = self._redis.lrange(self._history_key(name), 0, -1)
+            if not rows:  # written before versions were kept: the current one only
+                current = self.get(name)
+                return [VersionInfo.of(current)] if current is not None else []
+        except RedisError as exc:
+            raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
+        return [VersionInfo(**json.loads(row)) for row in rows]
+
+    def get_version(self, name: str, version: int) -> StoredWordList | None:
+        try:
+            body = self._redis.hget(self._bodies_key(name), str(version))
+            if body is None:
+                current = self.get(name)
+                return current if current is not None and current.version == version else None
+            entry = next((e for e in self.history(name) if e.version == version), None)
+        except RedisError as exc:
+            raise StoreUnavailable(f"Redis does not answer: {exc}") from exc
+        updated_at = entry.updated_at if entry is not None else 0.0
+        return StoredWordList(parse_wordlist(body, name, source=f"redis:{name}@v{version}"), version, updated_at)
+
     # -- writing ----------------------------------------------------------------------------------
     def write(
         self, name: str, compute: Compute, precondition: Precondition | None, token_id: str | None
     ) -> StoredWordList | None:
         key, counter = self._list_key(name), self._counter_key(name)
+        history_key, bodies_key = self._history_key(name), self._bodies_key(name)
         try:
             self._sync_epoch()
             for attempt in range(MAX_WRITE_ATTEMPTS):
@@ -182,7 +218,7 @@ class RedisStore:
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
                 with self._redis.pipeline() as pipe:
                     try:
-                        pipe.watch(key, counter, self._epoch_key)
+                        pipe.watch(key, counter, history_key, self._epoch_key)
                         if not self._adopt_epoch(pipe.get(self._epoch_key)):
                             self._sync_epoch()  # lost (or replaced) since the last read: versions restart
                             continue            # above the new floor; read everything again
@@ -195,15 +231,34 @@ class RedisStore:
                         version = max(int(pipe.get(counter) or 0), self.floor) + 1
                         now = time.time()
                         record = AuditRecord(now, change.action, name, version, token_id, change.added, change.removed)
+                        # The kept versions, oldest first; a list written before versions were kept starts
+                        # its history with its current version.
+                        history = [VersionInfo(**json.loads(r)) for r in reversed(pipe.lrange(history_key, 0, -1))]
+                        bodies: dict[str, str] = {}
+                        if not history and current is not None:
+                            history = [VersionInfo.of(current)]
+                            bodies[str(current.version)] = format_wordlist(current.wordlist)
+                        new = None
+                        if change.wordlist is not None:
+                            new = VersionInfo(version, now, len(change.wordlist.terms), len(change.wordlist.allow))
+                            bodies[str(version)] = format_wordlist(change.wordlist)
+                        kept, cut = trimmed(history, new, self._history_max)
                         pipe.multi()
                         if change.wordlist is None:
                             pipe.delete(key)
                             pipe.hdel(self._index, name)
                         else:
-                            body = format_wordlist(change.wordlist)
+                            body = bodies[str(version)]
                             pipe.hset(key, mapping={"version": version, "updated_at": now, "body": body})
                             pipe.hset(self._index, name, version)
                         pipe.set(counter, version)
+                        pipe.delete(history_key)
+                        if kept:
+                            pipe.rpush(history_key, *(json.dumps(e.to_dict()) for e in reversed(kept)))
+                        if bodies:
+                            pipe.hset(bodies_key, mapping=bodies)
+                        if cut:
+                            pipe.hdel(bodies_key, *(str(v) for v in cut))
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
                         pipe.publish(self.channel, json.dumps({"list": name, "version": version}))

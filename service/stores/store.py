@@ -4,6 +4,10 @@ A stored list is a :class:`~guardrail.wordlists.wordlist.WordList` plus a versio
 every change of that name (a deleted and re-created list keeps counting, so an old ETag never matches
 again). Lists are stored in the word-list text format (``format_wordlist`` / ``parse_wordlist``,
 docs/wordlists.md), which round-trips every valid list. Every change appends an :class:`AuditRecord`.
+
+The latest versions of each name are kept (``history_max``, ``GUARDRAIL_WORDLIST_HISTORY``), the current one
+included, so that two can be compared and an older one written back (``GET /admin/wordlists/{name}/versions``);
+a delete keeps them, as it keeps the version counter.
 """
 
 from __future__ import annotations
@@ -38,6 +42,41 @@ class StoredWordList:
     def etag(self) -> str:
         """Strong HTTP entity tag of this version (``"v3"``)."""
         return f'"v{self.version}"'
+
+
+#: Versions of one list kept by default (``GUARDRAIL_WORDLIST_HISTORY``), the current one included.
+DEFAULT_HISTORY = 20
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One kept version of a list, without its terms: when it was written and its size.
+
+    Attributes:
+        version: the version number.
+        updated_at: Unix time of the change that wrote it, seconds.
+        terms: number of terms.
+        allow: number of allow-terms.
+    """
+
+    version: int
+    updated_at: float
+    terms: int
+    allow: int
+
+    @classmethod
+    def of(cls, stored: StoredWordList) -> VersionInfo:
+        return cls(stored.version, stored.updated_at, len(stored.wordlist.terms), len(stored.wordlist.allow))
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def trimmed(history: list[VersionInfo], new: VersionInfo | None, keep: int) -> tuple[list[VersionInfo], list[int]]:
+    """``history`` (oldest first) with ``new`` appended, cut to its last ``keep`` entries; and the versions cut."""
+    entries = [*history, new] if new is not None else list(history)
+    cut = len(entries) - keep if len(entries) > keep else 0
+    return entries[cut:], [e.version for e in entries[:cut]]
 
 
 @dataclass(frozen=True)
@@ -204,6 +243,13 @@ class WordListStore(Protocol):
 
     def audit(self, limit: int) -> list[AuditRecord]:
         """The latest ``limit`` audit records, newest first."""
+
+    def history(self, name: str) -> list[VersionInfo]:
+        """The kept versions of ``name``, newest first (the current one first while the list exists; after a
+        delete, the versions it had); ``[]`` for a name never used."""
+
+    def get_version(self, name: str, version: int) -> StoredWordList | None:
+        """Version ``version`` of ``name`` while it is kept (:meth:`history`), else None."""
 
     def close(self) -> None: ...
 

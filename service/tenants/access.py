@@ -2,9 +2,15 @@
 policy), its rate limits, and the tenant directory built once per process.
 
 A bearer token written as a tenant key (``grk_…``) must be a live key: unknown, rotated away or revoked is a
-401. Without a token, or with any other token (the official ``openai`` client always sends one), the request
-gets the anonymous policy, unless ``GUARDRAIL_ALLOW_ANONYMOUS=false`` (401) or ``GUARDRAIL_API_KEYS`` is set
-(then the token must be one of those, which get the anonymous policy, as before tenants existed).
+401. The admin token (``GUARDRAIL_ADMIN_TOKEN``) is a client too, with the server's settings and every list
+readable (:func:`may_read_list`). Without a token, or with any other token (the official ``openai`` client
+always sends one), the request gets the anonymous policy, unless ``GUARDRAIL_ALLOW_ANONYMOUS=false`` (401) or
+``GUARDRAIL_API_KEYS`` is set (then the token must be one of those, which get the anonymous policy, as before
+tenants existed).
+
+Who may read a stored list's terms (:func:`may_read_list`): the admin token, anyone for the bundled lists and a
+request's own terms, a tenant for the lists of its ``own_wordlists``. A tenant key also manages its own lists
+through ``/admin/wordlists`` (:func:`require_list_access`); every other admin route needs the admin token.
 
 Keys are looked up in the store on every request (one Redis round trip per request with Redis, off the event
 loop: the dependency is synchronous, FastAPI runs it in its thread pool), never cached, so a revoked key is
@@ -13,18 +19,22 @@ refused by every replica from the moment the revoke is acknowledged.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.auth import matches_any
+from guardrail.wordlists.wordlist import bundled_names
+from service.auth import matches_any, require_admin, token_id
 from service.errors import ApiError
 from service.settings import Settings
 from service.stores.store import StoreUnavailable, WordListStore
 from service.tenants.keys import is_tenant_key, key_hash
-from service.tenants.labels import ANONYMOUS, TenantLabels
+from service.tenants.labels import ADMIN, ANONYMOUS, TenantLabels
 from service.tenants.policy import ANONYMOUS_POLICY, TenantPolicy
 from service.tenants.ratelimit import RateLimits
 from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantStore
@@ -32,6 +42,10 @@ from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantS
 log = logging.getLogger("guardrail.service.tenants")
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+#: The list that carries a request's own terms (``service.runtime.REQUEST_LIST``): the caller wrote them.
+_REQUEST_LIST = "request"
+_list_bearer = HTTPBearer(auto_error=False, scheme_name="AdminTokenOrTenantKey",
+                          description="GUARDRAIL_ADMIN_TOKEN, or a tenant key (grk_...) for the lists it owns")
 
 
 @dataclass(frozen=True)
@@ -47,10 +61,79 @@ class Caller:
     tenant: str
     label: str
     policy: TenantPolicy
+    admin: bool = False
 
     @property
     def anonymous(self) -> bool:
         return self.tenant == ANONYMOUS
+
+
+@functools.cache
+def _bundled() -> frozenset[str]:
+    return frozenset(bundled_names())
+
+
+def may_read_list(caller: Caller | None, list_name: str, *, admin: bool) -> bool:
+    """Whether ``caller`` may read the terms of ``list_name``: with the admin token (``admin``) any list; anyone
+    the bundled lists (public data) and ``request`` (a request's own terms); a tenant the lists of its
+    ``own_wordlists``. What it may not read is never shown to it: ``/v1/check`` gives such a match's list and
+    span without the term, ``/admin/wordlists`` answers 404 as for a list that does not exist.
+    """
+    if admin or (caller is not None and caller.admin):
+        return True
+    if list_name == _REQUEST_LIST or list_name in _bundled():
+        return True
+    return caller is not None and not caller.anonymous and list_name in caller.policy.own_wordlists
+
+
+@dataclass(frozen=True)
+class ListAccess:
+    """Who calls ``/admin/wordlists``: the admin (every list), or a tenant (its ``own_wordlists``, and the
+    bundled lists read-only).
+
+    Attributes:
+        admin: the admin token was presented.
+        caller: the tenant, when a tenant key was.
+        token_id: what the audit log records: 12 hex digits of the token's SHA-256 (a tenant key's ``key_id``).
+    """
+
+    admin: bool
+    caller: Caller | None
+    token_id: str
+
+    def may_read(self, name: str) -> bool:
+        return may_read_list(self.caller, name, admin=self.admin)
+
+    def may_write(self, name: str) -> bool:
+        return self.admin or (self.caller is not None and name in self.caller.policy.own_wordlists)
+
+    def check_read(self, name: str) -> None:
+        """Raises ApiError 404 (as for a list that does not exist) when the caller may not read ``name``."""
+        if not self.may_read(name):
+            raise ApiError(404, f"word list {name!r} does not exist", param="name", code="wordlist_not_found")
+
+    def check_write(self, name: str) -> None:
+        """Raises ApiError 404 when the caller may not read ``name``, 403 when it may read but not change it."""
+        self.check_read(name)
+        if not self.may_write(name):
+            raise ApiError(403, f"word list {name!r} is read-only for this API key (a tenant changes only the "
+                           "lists of its own_wordlists)", param="name", code="not_allowed")
+
+
+def require_list_access(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_list_bearer)]
+) -> ListAccess:
+    """FastAPI dependency of the ``/admin/wordlists`` routes: the admin token, or a tenant key (synchronous:
+    the key is looked up in the store from FastAPI's thread pool).
+
+    Raises:
+        ApiError: 401 for a tenant key that is not live; 503 when the store cannot be asked about it; for any
+            other token, what :func:`service.auth.require_admin` raises.
+    """
+    if credentials is not None and is_tenant_key(credentials.credentials):
+        caller = request.app.state.tenants.identify(credentials.credentials)
+        return ListAccess(False, caller, token_id(credentials.credentials))
+    return ListAccess(True, None, require_admin(request, credentials))
 
 
 def caller_of(request: Request) -> Caller | None:
@@ -86,10 +169,12 @@ class Tenants:
         # Only a shared store can be down; while it is known to be, a key is refused at once (no timeout wait).
         self._store_up = store_up if isinstance(self.store, RedisTenantStore) else (lambda: True)
         self.anonymous = Caller(ANONYMOUS, ANONYMOUS, ANONYMOUS_POLICY)
+        self.admin = Caller(ADMIN, ADMIN, TenantPolicy(), admin=True)
 
     # -- who is calling ----------------------------------------------------------------------------
     def identify(self, token: str | None) -> Caller:
-        """The caller presenting ``token`` (the bearer token, None without one).
+        """The caller presenting ``token`` (the bearer token, None without one): a tenant, the admin (the admin
+        token), or anonymous.
 
         Raises:
             ApiError: 401 ``invalid_api_key`` for a tenant key that is not live, or a missing/other token
@@ -107,6 +192,9 @@ class Tenants:
                 raise ApiError(401, "Incorrect API key: unknown, rotated or revoked.", code="invalid_api_key",
                                headers=_CHALLENGE)
             return Caller(record.name, self.labels.label(record.name), record.policy)
+        admin_token = self.settings.admin_token
+        if token is not None and admin_token is not None and matches_any(token, [admin_token]):
+            return self.admin
         static = self.settings.api_keys
         if static:
             if token is None or not matches_any(token, static):

@@ -1,9 +1,10 @@
 """The ``tenant`` label of the request metrics, with bounded cardinality.
 
 Values: a tenant's name for the first ``cap`` distinct tenants this process serves, ``other`` for the rest,
-``anonymous`` for requests without a tenant key, ``none`` for requests not made as a client (admin, health,
-metrics) or refused before the caller was known (a bad key). Each process keeps its own first ``cap``; a
-Prometheus series per tenant name costs memory in every scrape, so the cap bounds the series.
+``anonymous`` for requests without a tenant key, ``admin`` for ``/v1`` requests made with the admin token,
+``none`` for requests not made as a client (admin, health, metrics) or refused before the caller was known (a
+bad key). Each process keeps its own first ``cap``; a Prometheus series per tenant name costs memory in every
+scrape, so the cap bounds the series.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import threading
 
 ANONYMOUS = "anonymous"
+ADMIN = "admin"
 OTHER = "other"
 NONE = "none"
 #: Names a tenant may not take: they are label values of their own.
-RESERVED_NAMES = frozenset({ANONYMOUS, OTHER, NONE})
+RESERVED_NAMES = frozenset({ANONYMOUS, ADMIN, OTHER, NONE})
 
 
 class TenantLabels:

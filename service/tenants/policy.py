@@ -72,6 +72,10 @@ class TenantPolicy(BaseModel):
     tokens_per_minute: int | None = Field(
         None, ge=1, description="Prompt tokens + n x max_tokens per minute, counted when a generation is admitted "
         "(as OpenAI counts max_tokens); omitted = no limit.")
+    own_wordlists: list[ListName] = Field(
+        default_factory=list, description="Stored lists this tenant owns: it may read, create, change and delete "
+        "them with its own key through /admin/wordlists, and /v1/check shows their terms to it. Not a bundled list "
+        "or one of the server's default set (those serve everyone).")
 
     @model_validator(mode="after")
     def _defaults_are_allowed(self) -> TenantPolicy:
@@ -83,7 +87,8 @@ class TenantPolicy(BaseModel):
         return self
 
     def list_names(self) -> list[str]:
-        """Every list name the policy mentions (to check that they exist)."""
+        """Every list name the policy enforces or allows (to check that they exist; ``own_wordlists`` need not:
+        the tenant may create them)."""
         return [*(self.default_wordlists or []), *(self.allowed_wordlists or []), *self.required_wordlists]
 
     # -- applied to a request -------------------------------------------------------------------------

@@ -70,13 +70,15 @@ def test_a_request_that_never_hits_builds_nothing_and_masks_the_same_array(hello
 def test_a_hit_escalates_its_term_from_where_it_began(hello, smollm2_vocab, tok):
     s = session(hello, smollm2_vocab)
     step = escalate_hello(s, tok)
-    assert step.events[-1] == Rollback(1, "greetings", 1, escalated=True, evasion=False)
+    assert step.events[-1] == Rollback(1, "greetings", 1, escalated=True, evasion=False, term="hello",
+                                       fragment=" hello!", offset=3)
     (escalation,) = s.escalations
     assert escalation.start == 1 and escalation.term_id == 0
     assert s.accept(tok(" oh")).kind == KEEP
     step = s.accept(tok("hello"))  # "ohhello": glued, caught now
     assert step.kind == ROLLBACK and step.position == 2
-    assert step.events[-1] == Rollback(2, "greetings", 0, escalated=False, evasion=True)
+    assert step.events[-1] == Rollback(2, "greetings", 0, escalated=False, evasion=True, term="hello",
+                                       fragment="hello", offset=6)
     assert s.token_ids == (tok(" hi"), tok(" oh"))
 
 

@@ -48,7 +48,10 @@ def test_a_token_completing_a_term_rolls_back_to_where_the_term_began_and_bans_i
     assert step == (KEEP, 2, (), None)  # the word may go on ("hellos"): held back, not final yet
     step = s.accept(tok(" world"))  # the boundary after "hello" completes the term
     assert step.kind == ROLLBACK and step.position == 1
-    assert step.events == (Rollback(position=1, list_name="greetings", tokens_discarded=1, escalated=True),)
+    # The event names the term, the text taken back (the boundary token that completed it included) and
+    # where it stood: after the 3 characters " hi".
+    assert step.events == (Rollback(position=1, list_name="greetings", tokens_discarded=1, escalated=True,
+                                    term="hello", fragment=" hello world", offset=3, attempt=1),)
     assert s.position == 1 and s.token_ids == (tok(" hi"),)
     assert tok(" hello") in s.banned_ids()
 
@@ -94,7 +97,24 @@ def test_eos_after_a_pending_word_term_rolls_back(hello, smollm2_vocab, tok):
     s.accept(tok(" hello"))
     step = s.accept(2)  # EOS: the text would end right after "hello"
     assert step.kind == ROLLBACK and step.position == 1
+    (rollback,) = step.events
+    assert (rollback.term, rollback.fragment, rollback.offset) == ("hello", " hello", 3)  # no candidate token
     assert s.accept(2) == (FINISH, 1, (), "stop")
+
+
+def test_each_rollback_to_the_same_position_counts_one_more_attempt(hello, smollm2_vocab, tok):
+    s = session(hello, smollm2_vocab, evasion_guard="off")
+    s.accept(tok(" hi"))
+    attempts = []
+    for first in (" good", " Good"):  # the re-pick at position 1 begins the phrase again
+        s.accept(tok(first))
+        s.accept(tok(" morning"))
+        step = s.accept(tok("!"))  # the boundary completes the word term
+        assert step.kind == ROLLBACK and step.position == 1
+        attempts.append(step.events[-1])
+    assert [(r.attempt, r.fragment, r.term) for r in attempts] == [
+        (1, " good morning!", "good morning"), (2, " Good morning!", "good morning")]
+    assert s.accept(tok(" there")).kind == KEEP
 
 
 def test_max_tokens_ends_with_length_after_the_end_of_text_check(hello, smollm2_vocab, tok):

@@ -57,7 +57,8 @@ def test_a_completed_term_emits_its_rollback_event_then_rolls_back_to_where_it_b
     judge(recorder.session, tok(" hello"), recorder)
     recorder.calls.clear()
     assert judge(recorder.session, tok("!"), recorder) == ROLLBACK
-    rollback = Rollback(position=1, list_name="greetings", tokens_discarded=1)
+    rollback = Rollback(position=1, list_name="greetings", tokens_discarded=1, term="hello", fragment=" hello!",
+                        offset=3)
     assert recorder.calls == [("emit", (rollback,)), ("rollback", 1)]
     assert recorder.session.position == 1
 

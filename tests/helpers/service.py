@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -167,3 +169,27 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=10)
+
+
+@contextmanager
+def serve_in_thread(settings) -> Iterator[LiveServer]:
+    """``service.app.create_app(settings)`` served by uvicorn in a thread of this process on a free loopback port
+    (what the session's shared ``service`` fixture does, for a module that needs other settings)."""
+    import threading
+
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, name=f"test-service-{port}", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, STARTUP_TIMEOUT_S, "in-thread service", alive=thread.is_alive)
+        yield LiveServer(f"http://127.0.0.1:{port}", app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -81,6 +81,32 @@ def test_a_stale_if_match_is_refused_with_412_and_the_list_is_unchanged(service)
     assert exists.status_code == 412
 
 
+def test_kept_versions_are_listed_read_and_written_back_with_put(service):
+    name = unique_name()
+    service.admin("PUT", f"/admin/wordlists/{name}", json={
+        "terms": [{"text": "Quince", "match": "prefix", "case_sensitive": True}], "allow": ["quinces"]})
+    service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["medlar"]})
+    versions = service.admin("GET", f"/admin/wordlists/{name}/versions").json()["data"]
+    assert [(v["version"], v["terms"], v["allow"], v["current"]) for v in versions] == [
+        (2, 2, 1, True), (1, 1, 1, False)]
+    first = service.admin("GET", f"/admin/wordlists/{name}/versions/1")
+    assert first.status_code == 200 and first.json()["version"] == 1
+    body = {k: first.json()[k] for k in ("terms", "allow", "obfuscation")}  # a version's body is a PUT body
+    current = service.admin("GET", f"/admin/wordlists/{name}").headers["ETag"]
+    restored = service.admin("PUT", f"/admin/wordlists/{name}", json=body, headers={"If-Match": current})
+    assert restored.status_code == 200 and restored.headers["ETag"] == '"v3"'
+    assert service.admin("GET", f"/admin/wordlists/{name}").json()["terms"] == first.json()["terms"]
+    missing = service.admin("GET", f"/admin/wordlists/{name}/versions/9")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "version_not_found")
+    assert service.admin("GET", "/admin/wordlists/never-written/versions").status_code == 404
+    assert service.admin("GET", f"/admin/wordlists/{name}/versions", token=CLIENT_KEY).status_code == 403
+    owner, stranger = (service.admin("POST", "/admin/tenants", json={"name": unique_name(), "policy": policy})
+                       .json()["api_key"] for policy in ({"own_wordlists": [name]}, {}))
+    assert service.admin("GET", f"/admin/wordlists/{name}/versions/1", token=owner).status_code == 200
+    for path in ("versions", "versions/1"):  # another tenant's list does not exist for it
+        assert service.admin("GET", f"/admin/wordlists/{name}/{path}", token=stranger).status_code == 404
+
+
 def test_an_oversized_list_is_refused_with_413(service):
     name = unique_name()
     limit = service.runtime.settings.max_list_terms
@@ -166,7 +192,7 @@ def test_a_change_on_one_replica_is_enforced_by_another_within_5_seconds(service
 
         wait_until(lambda: replica.get("/readyz").status_code == 200, 30, "replica ready", alive=alive)
         name = unique_name()
-        assert check(replica, "Paris", banned_terms=["x1"])["flagged"] is False
+        assert check(replica, "Paris", token=CLIENT_KEY, banned_terms=["x1"])["flagged"] is False
         assert service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["Paris"]}).status_code == 201
         # The 5 s deadline starts once the change is stored (the PUT answered): the replica has its pub/sub
         # hint at once and its 1 s poll as a fallback. enforces() says 'not yet' only while the list has not

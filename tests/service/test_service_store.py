@@ -32,10 +32,10 @@ from service.stores.store import (
 def open_store(request, tmp_path):
     """A factory of stores over the same data (so a second call is a 'restart' or another replica)."""
     if request.param == "embedded":
-        return lambda: EmbeddedStore(tmp_path / "data", audit_max_records=50)
+        return lambda **kw: EmbeddedStore(tmp_path / "data", audit_max_records=50, **kw)
     prefix = request.getfixturevalue("redis_prefix")
     url = request.getfixturevalue("redis_url")
-    return lambda: RedisStore(url, prefix, audit_max_records=50)
+    return lambda **kw: RedisStore(url, prefix, audit_max_records=50, **kw)
 
 
 def put(store, name, terms, precondition=None, token="tok"):
@@ -87,6 +87,52 @@ def test_a_deleted_name_keeps_counting_versions(open_store):
     store.write("pets", lambda current: deletion(current), None, "tok")
     assert store.get("pets") is None and "pets" not in store.versions()
     assert put(store, "pets", ["dog"]).version == 3  # an ETag of the old list can never match again
+
+
+def test_the_latest_versions_are_kept_newest_first_and_readable(open_store):
+    store = open_store(history_max=3)
+    for terms in (["cat"], ["cat", "dog"], ["dog"], ["dog", "eel"]):
+        put(store, "pets", terms)
+    assert [(v.version, v.terms) for v in store.history("pets")] == [(4, 2), (3, 1), (2, 2)]
+    assert store.get_version("pets", 1) is None  # fell out of the history
+    second = store.get_version("pets", 2)
+    assert second.version == 2 and [t.text for t in second.wordlist.terms] == ["cat", "dog"]
+    assert second.updated_at == store.history("pets")[-1].updated_at
+    assert store.get_version("pets", 4).wordlist == store.get("pets").wordlist
+    assert store.history("never") == [] and store.get_version("never", 1) is None
+
+
+def test_kept_versions_survive_a_delete_and_a_restart(open_store):
+    store = open_store(history_max=3)
+    put(store, "pets", [Term("Cat", MatchMode.PREFIX, case_sensitive=True)])
+    put(store, "pets", ["dog"])
+    store.write("pets", lambda current: deletion(current), None, "tok")
+    store.close()
+    reopened = open_store(history_max=3)
+    assert [v.version for v in reopened.history("pets")] == [2, 1]
+    first = reopened.get_version("pets", 1).wordlist.terms[0]
+    assert (first.text, first.match, first.case_sensitive) == ("Cat", MatchMode.PREFIX, True)
+    put(reopened, "pets", ["eel"])  # re-created: version 4 joins the kept ones
+    assert [v.version for v in reopened.history("pets")] == [4, 2, 1]
+
+
+def test_a_redis_list_written_before_versions_were_kept_starts_its_history_with_its_current_version(
+        redis_url, redis_prefix):
+    store = RedisStore(redis_url, redis_prefix)
+    put(store, "pets", ["cat"])
+    client = redis.Redis.from_url(redis_url)
+    client.delete(f"{redis_prefix}wordlist-history:pets", f"{redis_prefix}wordlist-bodies:pets")  # older data
+    assert [v.version for v in store.history("pets")] == [1]
+    put(store, "pets", ["dog"])
+    assert [v.version for v in store.history("pets")] == [2, 1]
+    assert [t.text for t in store.get_version("pets", 1).wordlist.terms] == ["cat"]
+
+
+def test_embedded_store_removes_the_file_of_a_version_that_falls_out_of_the_history(tmp_path):
+    store = EmbeddedStore(tmp_path, history_max=2)
+    for terms in (["cat"], ["dog"], ["eel"]):
+        put(store, "pets", terms)
+    assert sorted(p.name for p in (tmp_path / "wordlists").glob("pets.v*.txt")) == ["pets.v2.txt", "pets.v3.txt"]
 
 
 def test_every_change_is_audited_newest_first(open_store):
@@ -241,6 +287,7 @@ def test_redis_keys_stay_inside_the_namespace(redis_url, redis_prefix):
     client = redis.Redis.from_url(redis_url)
     keys = {k.decode() for k in client.scan_iter(match=f"{redis_prefix}*")}
     assert keys == {f"{redis_prefix}wordlist:pets", f"{redis_prefix}wordlist-version:pets",
+                    f"{redis_prefix}wordlist-history:pets", f"{redis_prefix}wordlist-bodies:pets",
                     f"{redis_prefix}wordlists", f"{redis_prefix}audit", f"{redis_prefix}store-epoch"}
 
 

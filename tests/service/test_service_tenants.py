@@ -16,7 +16,7 @@ import sys
 import httpx
 import openai
 import pytest
-from helpers.service import ADMIN_TOKEN, MODEL, PROMPT, ROOT, metric, start_service_process
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, PROMPT, ROOT, metric, start_service_process
 from helpers.service_client import error_of, unique_name
 from helpers.wait import wait_until
 from openai import OpenAI
@@ -187,6 +187,49 @@ def test_the_admin_api_validates_audits_and_never_shows_a_key(service):
     assert service.admin("GET", f"/admin/tenants/{name}").status_code == 404
 
 
+def test_a_tenant_key_manages_its_own_lists_reads_the_bundled_ones_and_sees_no_other(service):
+    mine, theirs = unique_name(), unique_name()
+    assert service.admin("PUT", f"/admin/wordlists/{theirs}", json={"terms": ["kumquat"]}).status_code == 201
+    name, key = create(service, {"own_wordlists": [mine]})
+
+    created = service.admin("PUT", f"/admin/wordlists/{mine}", token=key, json={"terms": ["durian"]})
+    assert created.status_code == 201, created.text
+    patched = service.admin("PATCH", f"/admin/wordlists/{mine}", token=key, json={"add": ["rambutan"]})
+    assert patched.status_code == 200, patched.text
+    assert service.admin("GET", f"/admin/wordlists/{mine}", token=key).json()["terms"][1]["text"] == "rambutan"
+    assert service.admin("GET", "/admin/wordlists/en", token=key).status_code == 200
+    read_only = service.admin("PATCH", "/admin/wordlists/en", token=key, json={"add": ["x"]})
+    assert (read_only.status_code, read_only.json()["error"]["code"]) == (403, "not_allowed")
+    # Another list is a 404, as a list that does not exist: its name does not leak.
+    for method, body in (("GET", None), ("PUT", {"terms": ["x"]}), ("PATCH", {"add": ["x"]}), ("DELETE", None)):
+        hidden = service.admin(method, f"/admin/wordlists/{theirs}", token=key, json=body)
+        assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "wordlist_not_found"), method
+    listed = {w["name"] for w in service.admin("GET", "/admin/wordlists", token=key).json()["data"]}
+    assert mine in listed and "en" in listed and theirs not in listed
+    assert service.admin("GET", f"/admin/wordlists/{theirs}").status_code == 200  # the admin reads every list
+    for path in ("/admin/audit", "/admin/tenants"):  # every other admin route is the admin's
+        assert service.admin("GET", path, token=key).status_code == 403
+    audit = service.admin("GET", "/admin/audit").json()["data"]
+    assert {r["token_id"] for r in audit if r["list"] == mine} == {token_id(key)}
+
+    # /v1/check shows the terms of the lists the caller may read, else the list and the span only.
+    text = {"text": "durian, kumquat and fuck", "wordlists": [mine, theirs, "en"]}
+
+    def terms(token: str) -> dict[str, str | None]:
+        answer = httpx.post(f"{service.base_url}/v1/check", json=text, timeout=30,
+                            headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200, answer.text
+        return {m["list"]: m["term"] for m in answer.json()["matches"]}
+
+    assert terms(key) == {mine: "durian", theirs: None, "en": "fuck"}
+    assert terms(CLIENT_KEY) == {mine: None, theirs: None, "en": "fuck"}
+    assert terms(ADMIN_TOKEN) == {mine: "durian", theirs: "kumquat", "en": "fuck"}
+
+    owns_bundled = service.admin("PUT", f"/admin/tenants/{name}/policy", json={"own_wordlists": [mine, "en"]})
+    assert owns_bundled.status_code == 400 and owns_bundled.json()["error"]["param"] == "own_wordlists.1"
+    assert service.admin("DELETE", f"/admin/wordlists/{mine}", token=key).status_code == 204
+
+
 def test_the_cli_creates_rotates_and_revokes_tenants(service, replica):
     def cli(*args: str) -> dict:
         done = subprocess.run([sys.executable, "-m", "service.cli.main", "tenants", *args, "--json",
@@ -200,7 +243,8 @@ def test_the_cli_creates_rotates_and_revokes_tenants(service, replica):
     KEYS.append(created["api_key"])
     assert created["policy"] == {"default_wordlists": ["en"], "request_terms": True, "required_wordlists": [],
                                  "allowed_wordlists": None, "evasion_guard": None, "obfuscation": None,
-                                 "max_tokens": None, "requests_per_minute": 100, "tokens_per_minute": None}
+                                 "max_tokens": None, "requests_per_minute": 100, "tokens_per_minute": None,
+                                 "own_wordlists": []}
     assert client(replica, created["api_key"]).models.list().data
     assert name in [t["name"] for t in cli("list")["data"]]
     assert cli("revoke", name)["revoked"] is True

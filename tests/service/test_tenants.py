@@ -271,6 +271,29 @@ def test_while_the_store_is_known_down_a_tenant_key_is_a_503_and_anonymous_goes_
     assert tenants.identify("unused").anonymous
 
 
+def test_the_admin_token_is_a_client_that_reads_every_list(redis_url, redis_prefix):
+    from service.tenants.access import may_read_list
+
+    admin_token = "a" * 40
+    tenants = _tenants(redis_url, redis_prefix, admin_token=admin_token, api_keys=["shared-key"])
+    caller = tenants.identify(admin_token)
+    assert caller.admin and not caller.anonymous and caller.label == "admin"
+    assert may_read_list(caller, "anyone's", admin=False)
+
+
+def test_who_may_read_a_list(redis_url, redis_prefix):
+    from service.tenants.access import Caller, may_read_list
+
+    tenant = Caller("app", "app", TenantPolicy(own_wordlists=["house"]))
+    anonymous = Caller("anonymous", "anonymous", ANONYMOUS_POLICY)
+    for caller in (tenant, anonymous, None):
+        assert may_read_list(caller, "en", admin=False) and may_read_list(caller, "request", admin=False)
+        assert not may_read_list(caller, "private", admin=False)
+        assert may_read_list(caller, "private", admin=True)
+    assert may_read_list(tenant, "house", admin=False)
+    assert not may_read_list(anonymous, "house", admin=False) and not may_read_list(None, "house", admin=False)
+
+
 def test_a_generation_that_alone_exceeds_the_tokens_per_minute_is_a_400_not_a_429(redis_url, redis_prefix):
     from service.errors import ApiError
     from service.tenants.access import Caller

@@ -186,6 +186,8 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_REDIS_TIMEOUT_S" $g.redisTimeoutS)
   (list "GUARDRAIL_VERSION_POLL_INTERVAL_S" $g.versionPollIntervalS)
   (list "GUARDRAIL_AUDIT_MAX_RECORDS" ($g.auditMaxRecords | int64))
+  (list "GUARDRAIL_WORDLIST_HISTORY" ($g.wordlistHistory | int64))
+  (list "GUARDRAIL_CONSOLE" $g.console)
   (list "GUARDRAIL_LOG_LEVEL" $g.logLevel)
   (list "GUARDRAIL_DEBUG_LOG_PROMPTS" $g.debugLogPrompts)
 }}
