@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from guardrail.grammar.format import FIELD, StructuredOutput
+from guardrail.grammar.format import FIELD, JSON_LAYOUT, StructuredOutput
 from guardrail.matching.vocab import TokenVocab
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
-#: How the JSON is laid out: one space after ``,`` and ``:``, no other whitespace. Fixed separators keep a
-#: small model from looping on whitespace (llguidance's flexible default allows any run of it), and these are
-#: the ones ``json.dumps`` writes, which models have seen most.
-JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+#: How the JSON is laid out (:data:`guardrail.grammar.format.JSON_LAYOUT`), as llguidance's compile options.
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": JSON_LAYOUT["whitespace_flexible"],
+                                    "item_separator": JSON_LAYOUT["item_separator"],
+                                    "key_separator": JSON_LAYOUT["key_separator"]}
 
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
 _GRAMMARS: dict[tuple[str, str], str] = {}  # (vocab fingerprint, schema text) -> validated grammar
@@ -76,12 +76,13 @@ def grammar_tokenizer(tokenizer: Any, vocab: TokenVocab) -> Any:
 
 
 def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) -> str:
-    """The llguidance grammar of ``spec`` (:data:`JSON_OPTIONS`), validated against the tokenizer; cached
-    per (vocab, schema).
+    """The llguidance grammar of ``spec`` (a JSON schema laid out by :data:`JSON_OPTIONS`, or a Lark grammar),
+    validated against the tokenizer; cached per (vocab, schema or grammar text).
 
     Raises:
-        ValueError: ``response_format: invalid JSON schema: ...`` with llguidance's message (an unknown
-            ``type``, a dangling ``$ref``, an unsupported keyword, a bad ``pattern`` ...).
+        ValueError: ``response_format: invalid JSON schema: ...`` (``invalid grammar`` for Lark) with
+            llguidance's message (an unknown ``type``, a dangling ``$ref``, an unsupported keyword, a bad
+            ``pattern`` ...).
     """
     from llguidance import LLMatcher
 
@@ -89,13 +90,17 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
     grammar = _GRAMMARS.get(key)
     if grammar is not None:
         return grammar
+    what = "grammar" if spec.kind == "lark" else "JSON schema"
     try:
-        grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
+        if spec.kind == "lark":
+            grammar = LLMatcher.grammar_from_lark(spec.schema)
+        else:
+            grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
         is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, lltokenizer)
     except Exception as exc:  # noqa: BLE001 - whatever the client's schema makes the compiler raise is a 400
-        raise ValueError(f"{FIELD}: invalid JSON schema: {exc}") from None
+        raise ValueError(f"{FIELD}: invalid {what}: {exc}") from None
     if is_error:
-        raise ValueError(f"{FIELD}: invalid JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
+        raise ValueError(f"{FIELD}: invalid {what}: {messages[0] if messages else 'rejected by llguidance'}")
     with _LOCK:
         if len(_GRAMMARS) >= _GRAMMAR_CACHE_SIZE:
             _GRAMMARS.pop(next(iter(_GRAMMARS)))  # oldest first: dicts keep insertion order
