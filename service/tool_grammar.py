@@ -6,7 +6,9 @@ grammar state masks with and rolls back with the guard (docs/structured-output.m
 When a grammar is built (:func:`tool_grammar`):
 
 - ``required`` (Anthropic's ``any``): the answer is one call (``parallel_tool_calls: false``) or one or more
-  calls, each to a declared tool with arguments per its schema; no text.
+  calls, each to a declared tool with arguments per its schema; no text. Parallel calls are at most as many as
+  the declared tools: a small model that goes on writing calls (SmolLM2 does, after its first one) would
+  otherwise loop until ``max_tokens`` and cut its last call; one tool means one call.
 - a named function: exactly that function's call.
 - ``auto`` with a ``strict`` tool, or with a ``response_format``: the model may answer in text or call; text
   is free (or follows the ``response_format`` schema), a call is held to the declared names and schemas (a
@@ -101,7 +103,8 @@ def tool_grammar(parser: str, tools: Sequence[ToolSpec], mode: Mode, name: str |
         parser: the server's tool-call parser (``hermes`` or ``json``, :data:`service.tool_calls.PARSERS`).
         tools: the declared functions, in the request's order.
         mode: the tool choice; ``name`` the function of ``named``.
-        parallel: more than one call may be made (``parallel_tool_calls``; a named choice makes one).
+        parallel: more than one call may be made, up to one per declared tool (``parallel_tool_calls``; a named
+            choice makes one).
         text_format: the request's ``response_format`` (a text answer's JSON), under ``auto``.
 
     Returns:
@@ -121,10 +124,11 @@ def tool_grammar(parser: str, tools: Sequence[ToolSpec], mode: Mode, name: str |
     constrained = [mode != "auto" or tool.strict for tool in tools]
     calls = (_hermes if parser == "hermes" else _json)(tools, constrained)
     call = "call: " + " | ".join(f"call_{i}" for i in range(len(tools)))
+    more = len(tools) - 1 if parallel else 0  # calls after the first (module docstring)
     if parser == "hermes":
-        sequence = 'call ("\\n" call)*' if parallel else "call"
+        sequence = f'call ("\\n" call){{0,{more}}}' if more else "call"
     else:
-        sequence = 'call | "[" call (", " call)* "]"' if parallel else "call"
+        sequence = f'call | "[" call (", " call){{0,{more}}} "]"' if more else "call"
     rules = ["%llguidance {}"]
     if mode != "auto":
         rules.append(f"start: {sequence}")
@@ -136,8 +140,8 @@ def tool_grammar(parser: str, tools: Sequence[ToolSpec], mode: Mode, name: str |
         # Text, or text and then calls: the opening tag only ever starts a call. A greedy text lexeme cannot be
         # followed by the tag's (llguidance does not split lexemes after the fact), so text that ends at the
         # first tag is one lazy lexeme (llguidance's docs/syntax.md, "Tool calling").
-        more = ' ("\\n" call)*' if parallel else ""
-        rules.append(f"start: TEXT | lead body{more}")
+        rest = f' ("\\n" call){{0,{more}}}' if more else ""
+        rules.append(f"start: TEXT | lead body{rest}")
         rules.append("lead[lazy]: /(?s:.*)<tool_call>/")
         rules.append(f"TEXT: {_TEXT_WITHOUT_TAG}")
     else:

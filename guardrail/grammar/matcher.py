@@ -108,6 +108,16 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
     return grammar
 
 
+def _byte_penalties() -> np.ndarray:
+    """``float32 (256, 8)``: row ``b`` holds, per bit ``k`` of byte ``b`` (little-endian), 0 where the bit is set
+    (allowed) and ``-inf`` where not: a bitmask's bytes looked up in it are the additive mask of their ids."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
+    return np.where(bits, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+
+
+_BYTE_PENALTIES = _byte_penalties()
+
+
 def unpack_bitmask(words: np.ndarray, width: int) -> np.ndarray:
     """A token bitmask (``int32 (ceil(n / 32),)``, bit ``i % 32`` of word ``i // 32`` set when id ``i`` is
     allowed: llguidance's and xgrammar's layout) as ``bool (width,)``; ids past the mask are ``False``."""
@@ -150,6 +160,14 @@ class GrammarState:
                                    dtype=np.int64)
         self._tokens: list[int] = []  # what the matcher consumed
         self._forbidden: torch.Tensor | None = None  # ``bool (1, num_logits)`` of the current state, cached
+        # The additive mask of the current state (0 allowed, -inf forbidden), rebuilt in place per state: adding
+        # it costs a quarter of a boolean masked_fill_ on SmolLM2's row (bench/grammar.py, ``tool_calls``).
+        self._bytes = np.empty((self._bitmask.nbytes, 8), dtype=np.float32)
+        # The lookup's output is the mask itself when it covers the row (the usual case), else copied into one.
+        self._penalty = (self._bytes.reshape(-1)[:num_logits] if self._bytes.size >= num_logits
+                         else np.full(num_logits, -np.inf, dtype=np.float32))
+        self._penalty_row = torch.from_numpy(self._penalty).unsqueeze(0)
+        self._penalty_ready = False
 
     @property
     def consumed(self) -> tuple[int, ...]:
@@ -177,35 +195,57 @@ class GrammarState:
                 raise RuntimeError(f"the grammar could not roll back {n - common} tokens: "
                                    f"{self.matcher.get_error()}")
             del done[common:]
-            self._forbidden = None
+            self._stale()
         for token in token_ids[common:]:
             if not self.matcher.consume_token(int(token)):
                 raise RuntimeError(f"the grammar refused kept token {int(token)}: {self.matcher.get_error()}")
             done.append(int(token))
-            self._forbidden = None
+            self._stale()
+
+    def _stale(self) -> None:
+        self._forbidden = None
+        self._penalty_ready = False
+
+    def _compute_mask(self) -> None:
+        self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+        if self.matcher.is_error():
+            raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
 
     def forbidden(self) -> torch.Tensor:
         """``bool (1, num_logits)``: ``True`` where the grammar forbids the next token in the current state
         (the end ids follow :attr:`accepting`). Cached until the state changes."""
         if self._forbidden is None:
-            self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
-            if self.matcher.is_error():
-                raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
+            self._compute_mask()
             allowed = unpack_bitmask(self._bitmask, self.num_logits).copy()
             allowed[self._other_eos] = False
             allowed[self._end_ids] = self.accepting
             self._forbidden = torch.from_numpy(~allowed).unsqueeze(0)
         return self._forbidden
 
+    def penalty(self) -> torch.Tensor:
+        """``float32 (1, num_logits)``: 0 where the grammar allows the next token in the current state, ``-inf``
+        where it forbids it (:meth:`forbidden` as an additive mask). Rebuilt in place when the state changes: a
+        view to use before the next :meth:`sync`."""
+        if not self._penalty_ready:
+            self._compute_mask()
+            np.take(_BYTE_PENALTIES, self._bitmask.view(np.uint8), axis=0, out=self._bytes)
+            if self._penalty.base is not self._bytes:  # ids past the bitmask stay -inf
+                self._penalty[:self._bytes.size] = self._bytes.reshape(-1)
+            self._penalty[self._other_eos] = -np.inf
+            self._penalty[self._end_ids] = 0.0 if self.accepting else -np.inf
+            self._penalty_ready = True
+        return self._penalty_row
+
     def apply(self, scores: torch.Tensor, token_ids: Sequence[int]) -> torch.Tensor:
         """Mask ``scores`` (``(1, num_logits)`` float) in place to ``-inf`` where the grammar forbids the next
-        token after ``token_ids`` (the session's kept tokens); returns ``scores``.
+        token after ``token_ids`` (the session's kept tokens): adds :meth:`penalty`; returns ``scores``.
 
         Raises:
             RuntimeError: as :meth:`sync`.
         """
         self.sync(token_ids)
-        return scores.masked_fill_(self.forbidden(), -float("inf"))
+        penalty = self.penalty()
+        return scores.add_(penalty if scores.dtype == penalty.dtype else penalty.to(scores.dtype))
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -42,6 +42,7 @@ def _follows(spec: StructuredOutput, text: str, tokenizer, vocab) -> bool:
     ("required", None, True, TIME_CALL, True),
     ("required", None, True, CALL + "\n" + TIME_CALL, True),  # parallel calls
     ("required", None, False, CALL + "\n" + TIME_CALL, False),  # parallel_tool_calls: false
+    ("required", None, True, CALL + "\n" + TIME_CALL + "\n" + CALL, False),  # at most one call per declared tool
     ("required", None, True, "Paris is sunny.", False),  # a call is required
     ("required", None, True, CALL.replace("get_weather", "Paris"), False),  # a tool that does not exist
     ("required", None, True, TIME_CALL.replace("UTC", "PST"), False),  # forced calls follow every schema
