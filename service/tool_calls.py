@@ -292,8 +292,8 @@ class ToolCallStream:
         call that did not parse as one is released as content, unless a call's pieces were already sent (an
         answer cut inside its arguments: ``finish_reason`` says why)."""
         content, calls = self.parser.parse(self.text, final=True)
-        if not calls and not self._started:
-            content = self.text
+        if not calls:  # all content, but for a call whose pieces were sent (the text before it)
+            content = self.text[:self.parser.content_end(self.text)] if self._started else self.text
         rest = content[self._content_sent:] if len(content) > self._content_sent else ""
         self._content_sent += len(rest)
         return rest, self._pieces([CallProgress(call.name, call.arguments, call) for call in calls])
@@ -322,8 +322,14 @@ class ToolCallStream:
 
 
 def parse_answer(parser: ToolCallParser, text: str) -> tuple[str | None, list[ToolCall]]:
-    """A whole answer's content (None when it only called tools) and tool calls."""
+    """A whole answer's content (None when it only called tools) and tool calls. A call cut inside its arguments
+    (``max_tokens``) is returned with the arguments written so far, as the stream sent them and as OpenAI returns
+    a cut call (``finish_reason`` says why); its markup is never content."""
     content, calls = parser.parse(text, final=True)
     if not calls:
-        return text, []
+        progress = parser.progress(text)
+        if not progress:
+            return text, []
+        content = text[:parser.content_end(text)]
+        calls = [call.call or ToolCall(call.name, call.arguments) for call in progress]
     return (content if content.strip() else None), calls

@@ -205,8 +205,12 @@ def chat_turns(system: str | list[TextBlockParam] | None, messages: list[Message
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
-    """A parsed call's arguments (a JSON object string, :class:`service.tool_calls.ToolCall`) as ``input``."""
-    value = json.loads(arguments)
+    """A parsed call's arguments (a JSON object string, :class:`service.tool_calls.ToolCall`) as ``input``; ``{}``
+    for the arguments of a call cut by ``max_tokens`` (not JSON yet: ``stop_reason`` is ``max_tokens``)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
     return value if isinstance(value, dict) else {}
 
 

@@ -103,6 +103,15 @@ def test_a_second_call_is_not_streamed_past_the_limit():
     assert [p.done.arguments for p in both if p.done] == ['{"city": "Paris"}', '{"city": "Rome"}']
 
 
+def test_a_call_cut_inside_its_arguments_is_not_sent_again_as_content():
+    stream = ToolCallStream(HermesParser())
+    content, pieces = stream.feed('Sure.\n<tool_call>\n{"name": "f", "arguments": {"s": "abc')
+    assert content == "Sure.\n" and pieces[0].first
+    assert stream.finish() == ("", [])  # max_tokens cut it: finish_reason says so, nothing is re-sent
+    content, [cut] = parse_answer(HermesParser(), stream.text)  # the whole answer reads the same
+    assert content == "Sure.\n" and (cut.name, cut.arguments) == ("f", '{"s": "abc')
+
+
 def test_a_call_in_another_layout_is_sent_whole_once_complete():
     answer = '<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'
     _, pieces = _streamed(ToolCallStream(HermesParser()), answer, size=3)
