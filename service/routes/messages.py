@@ -330,7 +330,9 @@ async def create_message(body: MessagesRequest, request: Request, response: Resp
 @router.post(
     "/messages/count_tokens",
     responses={400: {"model": AnthropicError, "description": "Invalid request: `error.param` names the field"},
-               404: {"model": AnthropicError, "description": "Unknown model."}},
+               401: {"model": AnthropicError, "description": "Unknown, rotated or revoked API key."},
+               404: {"model": AnthropicError, "description": "Unknown model."},
+               413: {"model": AnthropicError, "description": "Body beyond the server's limits."}},
     summary="The prompt tokens a message request would take (Anthropic's count_tokens)",
 )
 async def count_message_tokens(body: CountTokensRequest, runtime: RuntimeDep) -> dict[str, int]:
