@@ -163,6 +163,12 @@ class HermesParser:
                 return len(text) - keep
         return len(text)
 
+    def _close(self, text: str, body_start: int) -> int:
+        """Where the block opened before ``body_start`` closes (-1: not yet): the first closing tag after its JSON
+        value once that value is complete, so that the tag's text inside a string argument does not end it."""
+        decoded = _first_json(text[body_start:])
+        return text.find(self.close_tag, body_start + (decoded[1] if decoded is not None else 0))
+
     def parse(self, text: str, final: bool) -> tuple[str, list[ToolCall]]:
         first = text.find(self.open_tag)
         if first < 0:
@@ -171,7 +177,7 @@ class HermesParser:
         at = first
         while at >= 0:
             body_start = at + len(self.open_tag)
-            end = text.find(self.close_tag, body_start)
+            end = self._close(text, body_start)
             if end < 0 and not final:
                 break
             body = text[body_start:] if end < 0 else text[body_start:end]
@@ -191,7 +197,7 @@ class HermesParser:
         at = text.find(self.open_tag)
         while at >= 0:
             body_start = at + len(self.open_tag)
-            end = text.find(self.close_tag, body_start)
+            end = self._close(text, body_start)
             if end >= 0:
                 call, _ = _read_call(text[body_start:end])
                 if call is None:  # not a call: nothing after it is read as one either (as parse)

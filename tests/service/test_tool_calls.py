@@ -103,6 +103,14 @@ def test_a_second_call_is_not_streamed_past_the_limit():
     assert [p.done.arguments for p in both if p.done] == ['{"city": "Paris"}', '{"city": "Rome"}']
 
 
+def test_the_closing_tag_inside_a_string_argument_does_not_end_the_call():
+    answer = '<tool_call>\n{"name": "reply", "arguments": {"text": "end with </tool_call> here"}}\n</tool_call>'
+    _, [call] = parse_answer(HermesParser(), answer)
+    assert json.loads(call.arguments) == {"text": "end with </tool_call> here"}
+    _, pieces = _streamed(ToolCallStream(HermesParser()), answer, size=4)
+    assert "".join(p.arguments for p in pieces) == call.arguments and pieces[-1].done is not None
+
+
 def test_a_call_cut_inside_its_arguments_is_not_sent_again_as_content():
     stream = ToolCallStream(HermesParser())
     content, pieces = stream.feed('Sure.\n<tool_call>\n{"name": "f", "arguments": {"s": "abc')
