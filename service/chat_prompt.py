@@ -51,16 +51,15 @@ def chat_template_for(runtime: Runtime, with_tools: bool) -> str | None:
 
 async def prepare_chat(runtime: Runtime, request: Request, body: GenerationFields, endpoint: str,
                        messages: list[dict[str, Any]], functions: Sequence[dict[str, Any]] | None,
-                       tools: ToolUse | None, extra_stop: tuple[str, ...], token_limit: int | None,
-                       prompt_param: str) -> Prepared:
+                       tools: ToolUse | None, token_limit: int | None, prompt_param: str) -> Prepared:
     """Render and tokenize a chat prompt and prepare its generation (:func:`service.generation.prepare`).
 
     Args:
         messages: the turns as Hugging Face chat templates read them.
         functions: the request's tools as chat completions' function tools (``{"type": "function",
             "function": {...}}``); rendered only when ``tools`` is not None (``tool_choice: none`` hides them).
-        tools: how the answer is read for calls (its ``prefix`` ends the prompt); None: no tools.
-        extra_stop: stop strings the tool choice adds (a forced call's closing tag).
+        tools: how the answer is made and read for calls (its ``grammar``, when set, is the answer's structured
+            output); None: no tools.
         token_limit: the request's completion token limit in its API's field (None: the default).
         prompt_param: the field errors about the prompt name (``messages``, ``input``).
 
@@ -74,12 +73,11 @@ async def prepare_chat(runtime: Runtime, request: Request, body: GenerationField
     """
     tool_list = list(functions) if tools is not None and functions else None
     prompt_ids = await prompt_token_ids(runtime, prompt_param, messages=messages, tools=tool_list,
-                                        chat_template=chat_template_for(runtime, tool_list is not None),
-                                        assistant_prefix=tools.prefix if tools is not None else "")
+                                        chat_template=chat_template_for(runtime, tool_list is not None))
     fields: dict[str, object] = {"endpoint": endpoint, "request_id": request.state.request_id}
     if tool_list:
         fields["tools"] = len(tool_list)
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages
     return prepare(runtime, body, prompt_ids, token_limit, fields, prompt_param=prompt_param,
-                   caller=caller_of(request), extra_stop=extra_stop)
+                   caller=caller_of(request), grammar=tools.grammar if tools is not None else None)

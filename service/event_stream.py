@@ -1,6 +1,7 @@
 """One streamed answer (a single choice) read into API-neutral items, for the routes that frame their own Server-Sent
 Events (``/v1/messages``, ``/v1/responses``): keep-alives while the guard holds text back, released content and
-tool calls as the tool-call stream tells them apart, and the finish with the guard's record.
+the pieces of tool calls as the tool-call stream tells them apart (a call's name first, then its arguments
+fragment by fragment, released under the same hold-back as text), and the finish with the guard's record.
 
 Chat and text completions stream through :func:`service.generation.respond`'s default writer instead: it serves
 ``n`` choices at once and carries logprobs, which these two APIs do not have.
@@ -14,7 +15,7 @@ from typing import Any
 
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from service.generation import ChoiceResult, GuardRecord, ResponseIdentity, prepend, with_keepalive
-from service.tool_calls import ToolCall, ToolCallStream
+from service.tool_calls import ToolCallPiece, ToolCallStream
 from service.tool_choice import ToolUse
 from service.worker import ChoiceEvent
 
@@ -26,15 +27,15 @@ class KeepAlive:
 
 @dataclass(frozen=True)
 class Output:
-    """Content to send and the tool calls completed with it (at least one of the two).
+    """Content to send and the pieces of tool calls that came with it (at least one of the two).
 
     Attributes:
         text: content released by the guard and, with tools, not part of a call.
-        calls: complete calls, in order, already cut to the request's limit (``ToolUse.single``).
+        pieces: the calls' new pieces, in order, already cut to the request's limit (``ToolUse.single``).
     """
 
     text: str
-    calls: list[ToolCall]
+    pieces: list[ToolCallPiece]
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Finished:
 
     Attributes:
         result: the finish and the guard's record of the answer (the ``guardrail`` field).
-        calls: how many tool calls were sent in all.
+        calls: how many complete tool calls were sent in all.
     """
 
     result: ChoiceResult
@@ -84,17 +85,12 @@ async def answer_items(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], t
     Raises:
         What ``events`` raises (``GenerationFailed``, ``ServerShuttingDown`` …): the route answers it in its shape.
     """
-    stream = ToolCallStream(tools.parser, tools.prefix) if tools is not None else None
+    stream = ToolCallStream(tools.parser, 1 if tools.single else None) if tools is not None else None
     record = GuardRecord()
-    sent_calls = 0
     sent_text = False
 
-    def output(text: str, calls: list[ToolCall]) -> Output | None:
-        nonlocal sent_calls
-        if tools is not None:
-            calls = tools.limit(calls, sent_calls)
-        sent_calls += len(calls)
-        return Output(text, calls) if text or calls else None
+    def output(text: str, pieces: list[ToolCallPiece]) -> Output | None:
+        return Output(text, pieces) if text or pieces else None
 
     async for item in with_keepalive(prepend(first, events), keepalive_s):
         if item is None:
@@ -112,4 +108,4 @@ async def answer_items(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], t
             rest = output(*stream.finish()) if stream is not None else None
             if rest is not None:
                 yield rest
-            yield Finished(ChoiceResult(item.event, record.to_dict(item.event)), sent_calls)
+            yield Finished(ChoiceResult(item.event, record.to_dict(item.event)), len(stream.calls) if stream else 0)

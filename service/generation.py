@@ -41,6 +41,7 @@ from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.tenants.access import Caller
 from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
+from service.tool_grammar import schema_error
 from service.worker import (
     ChoiceEvent,
     GenerationFailed,
@@ -291,7 +292,7 @@ def _terms_param(body: GenerationFields) -> str:
 
 def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
             log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None,
-            extra_stop: tuple[str, ...] = ()) -> Prepared:
+            grammar: StructuredOutput | None = None) -> Prepared:
     """Check a request against the server's limits and its caller's policy, and build the worker's request.
 
     Args:
@@ -299,7 +300,8 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         token_limit: the request's ``max_tokens`` (None: the policy's or the server's default).
         log_fields: structured-log fields of the generation.
         caller: the tenant (or anonymous caller) of the request; None = anonymous.
-        extra_stop: stop strings the route adds to the request's (a forced tool call's closing tag).
+        grammar: the answer's grammar when the route built one (tool calls, :mod:`service.tool_grammar`; it
+            includes the request's own structured output), in place of the request's structured output.
 
     Raises:
         ApiError: 404 for an unknown ``model`` or word list, 403 naming the field the caller's policy does
@@ -343,7 +345,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
                                        obfuscation))
     options: dict[str, Any] = {
         "max_tokens": max_tokens,
-        "stop": [*body.stop_list(), *(s for s in extra_stop if s not in body.stop_list())],
+        "stop": body.stop_list(),
         "logit_bias": body.logit_bias or {},
         "watermark": body.watermark,
         "watermark_key": settings.watermark_key,
@@ -356,7 +358,9 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     }
     if body.stop_token_ids:
         options["stop_token_ids"] = tuple(body.stop_token_ids)
-    structured = _structured_output(runtime, body)
+    structured = structured_output_of(runtime, body)
+    if grammar is not None:
+        structured = grammar
     if structured is not None:
         options["response_format"] = structured
     try:
@@ -388,12 +392,13 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     )
 
 
-def _structured_output(runtime: Runtime, body: GenerationFields) -> StructuredOutput | None:
-    """The request's JSON format (docs/structured-output.md); the schema itself is compiled by the engine,
-    whose ``response_format: ...`` error becomes a 400 naming the field (``respond``).
+def structured_output_of(runtime: Runtime, body: GenerationFields) -> StructuredOutput | None:
+    """The request's JSON format (docs/structured-output.md). The schema is checked here, without the tokenizer,
+    so that the 400 names the route's field; the engine compiles it for the tokenizer when the request is admitted.
 
     Raises:
-        ApiError: 400 naming ``response_format`` / ``guided_json`` when malformed, or when the engine is not
+        ApiError: 400 naming the field (``response_format``, ``guided_json``, ``text.format``,
+            ``output_config.format``) when malformed, or when the engine is not
             the embedded one (vLLM's own structured outputs and an upstream's cannot roll back with the guard).
     """
     try:
@@ -402,10 +407,15 @@ def _structured_output(runtime: Runtime, body: GenerationFields) -> StructuredOu
         field = str(exc).split(":", 1)[0]
         raise ApiError(400, str(exc), param=field, code="invalid_value") from None
     if structured is not None and runtime.engine.name != "transformers":
-        field = "guided_json" if getattr(body, "guided_json", None) is not None else "response_format"
+        field = body.structured_output_field()
         raise ApiError(400, f"{field}: structured output is served by the transformers engine only, not by the "
                        f"{runtime.engine.name} engine (docs/structured-output.md)", param=field,
                        code="unsupported_parameter")
+    if structured is not None:
+        error = schema_error(structured.schema_object())
+        if error is not None:
+            field = body.structured_output_field()
+            raise ApiError(400, f"{field}: invalid JSON schema: {error}", param=field, code="invalid_value")
     return structured
 
 

@@ -9,6 +9,11 @@ Shapes accepted (OpenAI's API reference, "Structured Outputs")::
 
 ``strict`` is accepted and recorded; the grammar is enforced either way (as vLLM does): the answer always
 follows the schema, up to the limits in docs/structured-output.md.
+
+Beyond JSON, a request may carry a whole grammar in llguidance's Lark dialect (kind ``lark``, built by the service
+for tool calls: the call's markup, one of the declared names and arguments that follow that tool's
+``parameters``, each as an inline ``%json`` schema laid out by :data:`JSON_LAYOUT`; docs/structured-output.md,
+"Tool calls").
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ from typing import Any, Literal
 ANY_OBJECT = '{"type":"object"}'
 #: The field every error message names first (the SamplingParams field and the request field).
 FIELD = "response_format"
+#: How generated JSON is laid out: one space after ``,`` and ``:``, no other whitespace (llguidance's JSON
+#: options, given to its compiler for a schema and as the ``x-guidance`` key of a Lark grammar's ``%json``).
+#: Fixed separators keep a small model from looping on whitespace (llguidance's flexible default allows any run
+#: of it), and these are the ones ``json.dumps`` writes, which models have seen most.
+JSON_LAYOUT: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
-StructuredKind = Literal["json_object", "json_schema"]
+StructuredKind = Literal["json_object", "json_schema", "lark"]
 
 
 @dataclass(frozen=True)
@@ -31,9 +41,10 @@ class StructuredOutput:
     """A JSON answer the decoder must produce.
 
     Attributes:
-        kind: ``"json_object"`` (any object) or ``"json_schema"``.
+        kind: ``"json_object"`` (any object), ``"json_schema"``, or ``"lark"`` (a grammar in llguidance's Lark
+            dialect: :meth:`from_lark`).
         schema: the JSON schema as compact JSON text (sorted keys: equal schemas compare and hash equal,
-            so compiled grammars can be cached by it).
+            so compiled grammars can be cached by it); for ``lark``, the grammar's text.
         name: ``json_schema.name`` (informational).
         strict: ``json_schema.strict`` as given (``None``: not given); enforced either way.
     """
@@ -63,6 +74,13 @@ class StructuredOutput:
         if schema is True:
             schema = {}  # JSON Schema's `true`: any value
         return cls(kind, json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False), name, strict)
+
+    @classmethod
+    def from_lark(cls, grammar: str, name: str | None = None) -> StructuredOutput:
+        """A grammar in llguidance's Lark dialect (its docs/syntax.md), e.g. from :func:`lark_json`; compiled and
+        checked by :func:`guardrail.grammar.matcher.compile_grammar` (a ``ValueError`` there when it does not
+        compile)."""
+        return cls("lark", grammar, name)
 
     @classmethod
     def from_response_format(cls, value: Mapping[str, Any] | None) -> StructuredOutput | None:
@@ -98,5 +116,26 @@ class StructuredOutput:
         return cls.from_schema(schema, "json_schema", name, strict)
 
     def schema_object(self) -> Any:
-        """The schema as a Python object (``dict`` or ``bool``)."""
+        """The schema as a Python object (``dict`` or ``bool``).
+
+        Raises:
+            ValueError: for a ``lark`` grammar (it has no JSON schema).
+        """
+        if self.kind == "lark":
+            raise ValueError(f"{FIELD}: a Lark grammar has no JSON schema")
         return json.loads(self.schema)
+
+
+def lark_json(schema: Mapping[str, Any] | bool) -> str:
+    """An inline JSON schema for a Lark grammar (llguidance's ``%json {...}``), laid out as :data:`JSON_LAYOUT`
+    (its ``x-guidance`` key: llguidance reads it at the top of each inline schema). ``true`` (any value) is
+    ``{}``.
+
+    Raises:
+        ValueError: ``false`` (no value matches) or a schema that is not an object.
+    """
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, Mapping):
+        raise ValueError(f"a JSON schema must be an object or true, got {schema!r}")
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False, separators=(",", ":"))

@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from guardrail.grammar.format import FIELD, StructuredOutput
+from guardrail.grammar.format import FIELD, JSON_LAYOUT, StructuredOutput
 from guardrail.matching.vocab import TokenVocab
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
-#: How the JSON is laid out: one space after ``,`` and ``:``, no other whitespace. Fixed separators keep a
-#: small model from looping on whitespace (llguidance's flexible default allows any run of it), and these are
-#: the ones ``json.dumps`` writes, which models have seen most.
-JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+#: How the JSON is laid out (:data:`guardrail.grammar.format.JSON_LAYOUT`), as llguidance's compile options.
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": JSON_LAYOUT["whitespace_flexible"],
+                                    "item_separator": JSON_LAYOUT["item_separator"],
+                                    "key_separator": JSON_LAYOUT["key_separator"]}
 
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
 _GRAMMARS: dict[tuple[str, str], str] = {}  # (vocab fingerprint, schema text) -> validated grammar
@@ -76,12 +76,13 @@ def grammar_tokenizer(tokenizer: Any, vocab: TokenVocab) -> Any:
 
 
 def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) -> str:
-    """The llguidance grammar of ``spec`` (:data:`JSON_OPTIONS`), validated against the tokenizer; cached
-    per (vocab, schema).
+    """The llguidance grammar of ``spec`` (a JSON schema laid out by :data:`JSON_OPTIONS`, or a Lark grammar),
+    validated against the tokenizer; cached per (vocab, schema or grammar text).
 
     Raises:
-        ValueError: ``response_format: invalid JSON schema: ...`` with llguidance's message (an unknown
-            ``type``, a dangling ``$ref``, an unsupported keyword, a bad ``pattern`` ...).
+        ValueError: ``response_format: invalid JSON schema: ...`` (``invalid grammar`` for Lark) with
+            llguidance's message (an unknown ``type``, a dangling ``$ref``, an unsupported keyword, a bad
+            ``pattern`` ...).
     """
     from llguidance import LLMatcher
 
@@ -89,18 +90,32 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
     grammar = _GRAMMARS.get(key)
     if grammar is not None:
         return grammar
+    what = "grammar" if spec.kind == "lark" else "JSON schema"
     try:
-        grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
+        if spec.kind == "lark":
+            grammar = LLMatcher.grammar_from_lark(spec.schema)
+        else:
+            grammar = LLMatcher.grammar_from_json_schema(spec.schema, defaults=JSON_OPTIONS)
         is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, lltokenizer)
     except Exception as exc:  # noqa: BLE001 - whatever the client's schema makes the compiler raise is a 400
-        raise ValueError(f"{FIELD}: invalid JSON schema: {exc}") from None
+        raise ValueError(f"{FIELD}: invalid {what}: {exc}") from None
     if is_error:
-        raise ValueError(f"{FIELD}: invalid JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
+        raise ValueError(f"{FIELD}: invalid {what}: {messages[0] if messages else 'rejected by llguidance'}")
     with _LOCK:
         if len(_GRAMMARS) >= _GRAMMAR_CACHE_SIZE:
             _GRAMMARS.pop(next(iter(_GRAMMARS)))  # oldest first: dicts keep insertion order
         _GRAMMARS[key] = grammar
     return grammar
+
+
+def _byte_penalties() -> np.ndarray:
+    """``float32 (256, 8)``: row ``b`` holds, per bit ``k`` of byte ``b`` (little-endian), 0 where the bit is set
+    (allowed) and ``-inf`` where not: a bitmask's bytes looked up in it are the additive mask of their ids."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
+    return np.where(bits, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+
+
+_BYTE_PENALTIES = _byte_penalties()
 
 
 def unpack_bitmask(words: np.ndarray, width: int) -> np.ndarray:
@@ -145,6 +160,14 @@ class GrammarState:
                                    dtype=np.int64)
         self._tokens: list[int] = []  # what the matcher consumed
         self._forbidden: torch.Tensor | None = None  # ``bool (1, num_logits)`` of the current state, cached
+        # The additive mask of the current state (0 allowed, -inf forbidden), rebuilt in place per state: adding
+        # it costs a quarter of a boolean masked_fill_ on SmolLM2's row (bench/grammar.py, ``tool_calls``).
+        self._bytes = np.empty((self._bitmask.nbytes, 8), dtype=np.float32)
+        # The lookup's output is the mask itself when it covers the row (the usual case), else copied into one.
+        self._penalty = (self._bytes.reshape(-1)[:num_logits] if self._bytes.size >= num_logits
+                         else np.full(num_logits, -np.inf, dtype=np.float32))
+        self._penalty_row = torch.from_numpy(self._penalty).unsqueeze(0)
+        self._penalty_ready = False
 
     @property
     def consumed(self) -> tuple[int, ...]:
@@ -172,35 +195,57 @@ class GrammarState:
                 raise RuntimeError(f"the grammar could not roll back {n - common} tokens: "
                                    f"{self.matcher.get_error()}")
             del done[common:]
-            self._forbidden = None
+            self._stale()
         for token in token_ids[common:]:
             if not self.matcher.consume_token(int(token)):
                 raise RuntimeError(f"the grammar refused kept token {int(token)}: {self.matcher.get_error()}")
             done.append(int(token))
-            self._forbidden = None
+            self._stale()
+
+    def _stale(self) -> None:
+        self._forbidden = None
+        self._penalty_ready = False
+
+    def _compute_mask(self) -> None:
+        self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+        if self.matcher.is_error():
+            raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
 
     def forbidden(self) -> torch.Tensor:
         """``bool (1, num_logits)``: ``True`` where the grammar forbids the next token in the current state
         (the end ids follow :attr:`accepting`). Cached until the state changes."""
         if self._forbidden is None:
-            self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
-            if self.matcher.is_error():
-                raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
+            self._compute_mask()
             allowed = unpack_bitmask(self._bitmask, self.num_logits).copy()
             allowed[self._other_eos] = False
             allowed[self._end_ids] = self.accepting
             self._forbidden = torch.from_numpy(~allowed).unsqueeze(0)
         return self._forbidden
 
+    def penalty(self) -> torch.Tensor:
+        """``float32 (1, num_logits)``: 0 where the grammar allows the next token in the current state, ``-inf``
+        where it forbids it (:meth:`forbidden` as an additive mask). Rebuilt in place when the state changes: a
+        view to use before the next :meth:`sync`."""
+        if not self._penalty_ready:
+            self._compute_mask()
+            np.take(_BYTE_PENALTIES, self._bitmask.view(np.uint8), axis=0, out=self._bytes)
+            if self._penalty.base is not self._bytes:  # ids past the bitmask stay -inf
+                self._penalty[:self._bytes.size] = self._bytes.reshape(-1)
+            self._penalty[self._other_eos] = -np.inf
+            self._penalty[self._end_ids] = 0.0 if self.accepting else -np.inf
+            self._penalty_ready = True
+        return self._penalty_row
+
     def apply(self, scores: torch.Tensor, token_ids: Sequence[int]) -> torch.Tensor:
         """Mask ``scores`` (``(1, num_logits)`` float) in place to ``-inf`` where the grammar forbids the next
-        token after ``token_ids`` (the session's kept tokens); returns ``scores``.
+        token after ``token_ids`` (the session's kept tokens): adds :meth:`penalty`; returns ``scores``.
 
         Raises:
             RuntimeError: as :meth:`sync`.
         """
         self.sync(token_ids)
-        return scores.masked_fill_(self.forbidden(), -float("inf"))
+        penalty = self.penalty()
+        return scores.add_(penalty if scores.dtype == penalty.dtype else penalty.to(scores.dtype))
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

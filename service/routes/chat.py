@@ -21,11 +21,12 @@ from service.generation import (
     guard_headers,
     reject_unsupported,
     respond,
+    structured_output_of,
 )
 from service.logprobs import chat_logprobs
 from service.runtime import Runtime
 from service.schemas.generation import ChatCompletion, ChatCompletionRequest, ChatMessage, NamedToolChoice
-from service.tool_calls import ToolCall, ToolCallStream, parse_answer
+from service.tool_calls import ToolCall, ToolCallPiece, ToolCallStream, parse_answer
 from service.tool_choice import ToolUse, tool_use
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
@@ -35,8 +36,10 @@ ENDPOINT = "/v1/chat/completions"
 
 class ChatShape:
     """chat.completion bodies and chat.completion.chunk events; with tools, content and tool calls are told
-    apart as the text streams (one :class:`ToolCallStream` per choice). With ``logprobs`` (the request asked),
-    each choice carries ``logprobs.content`` (:mod:`service.logprobs`)."""
+    apart as the text streams (one :class:`ToolCallStream` per choice): a call's first delta carries its
+    ``index``, ``id``, ``type`` and ``function.name`` (and ``arguments: ""``), the next ones fragments of
+    ``function.arguments`` (OpenAI's and vLLM's streaming). With ``logprobs`` (the request asked), each choice
+    carries ``logprobs.content`` (:mod:`service.logprobs`)."""
 
     id_prefix = "chatcmpl"
 
@@ -58,16 +61,20 @@ class ChatShape:
         if self.tools is None:
             return None
         if index not in self._streams:
-            self._streams[index] = ToolCallStream(self.tools.parser, self.tools.prefix)
+            self._streams[index] = ToolCallStream(self.tools.parser, 1 if self.tools.single else None)
         return self._streams[index]
 
-    def _call_chunks(self, c: ResponseIdentity, index: int, stream: ToolCallStream, content: str,
-                     calls: list[ToolCall]) -> list[dict[str, Any]]:
-        assert self.tools is not None
-        sent = len(stream.calls) - len(calls)
+    def _call_chunks(self, c: ResponseIdentity, index: int, content: str,
+                     pieces: list[ToolCallPiece]) -> list[dict[str, Any]]:
         chunks = [self._chunk(c, index, {"content": content}, None)] if content else []
-        for position, call in enumerate(self.tools.limit(calls, sent), start=sent):
-            delta = {"index": position, **call.to_dict()}
+        for piece in pieces:
+            if piece.first:
+                delta: dict[str, Any] = {"index": piece.index, "id": piece.id, "type": "function",
+                                         "function": {"name": piece.name, "arguments": piece.arguments}}
+            elif piece.arguments:
+                delta = {"index": piece.index, "function": {"arguments": piece.arguments}}
+            else:
+                continue  # the end of a call whose arguments were all sent
             chunks.append(self._chunk(c, index, {"tool_calls": [delta]}, None))
         return chunks
 
@@ -78,16 +85,16 @@ class ChatShape:
         stream = self._stream(index)
         if stream is None:
             return [self._chunk(c, index, {"content": text}, None)]
-        content, calls = stream.feed(text)
-        return self._call_chunks(c, index, stream, content, calls)
+        content, pieces = stream.feed(text)
+        return self._call_chunks(c, index, content, pieces)
 
     def finish_chunks(self, c: ResponseIdentity, index: int, result: ChoiceResult) -> list[dict[str, Any]]:
         stream = self._stream(index)
         chunks = []
         reason: str = result.finish.reason
         if stream is not None:
-            content, calls = stream.finish()
-            chunks = self._call_chunks(c, index, stream, content, calls)
+            content, pieces = stream.finish()
+            chunks = self._call_chunks(c, index, content, pieces)
             if stream.calls and reason == "stop":
                 reason = "tool_calls"
         chunks.append(self._chunk(c, index, {}, reason, guardrail=result.guardrail))
@@ -101,7 +108,7 @@ class ChatShape:
         content: str | None = finish.text
         calls: list[ToolCall] = []
         if self.tools is not None:
-            content, calls = parse_answer(self.tools.parser, finish.text, self.tools.prefix)
+            content, calls = parse_answer(self.tools.parser, finish.text)
             calls = self.tools.limit(calls)
         reason = "tool_calls" if calls and finish.reason == "stop" else finish.reason
         message = {"role": "assistant", "content": content, "refusal": None,
@@ -146,15 +153,17 @@ def _message(m: ChatMessage) -> dict[str, Any]:
     return message
 
 
-def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> tuple[ToolUse | None, tuple[str, ...]]:
-    """How the answer is read for calls, and the stop strings a forced call adds."""
+def _tool_use(runtime: Runtime, body: ChatCompletionRequest) -> ToolUse | None:
+    """How the answer is made and read for calls (None: no tools, or ``tool_choice: none``)."""
     if not body.tools or body.tool_choice == "none":
-        return None, ()
+        return None
     choice = body.tool_choice
+    functions = [t.model_dump(exclude_none=True) for t in body.tools]
+    text_format = structured_output_of(runtime, body)
     if isinstance(choice, NamedToolChoice):
-        return tool_use(runtime, "named", choice.function.name)
-    return tool_use(runtime, "required" if choice == "required" else "auto",
-                    single=body.parallel_tool_calls is False)
+        return tool_use(runtime, functions, "named", choice.function.name, text_format=text_format)
+    return tool_use(runtime, functions, "required" if choice == "required" else "auto",
+                    single=body.parallel_tool_calls is False, text_format=text_format)
 
 
 @router.post(
@@ -169,9 +178,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     reject_unsupported(body)  # before the prompt is tokenized
     _check_tool_choice(body)
     messages = [_message(m) for m in body.messages]
-    tools, extra_stop = _tool_use(runtime, body)
+    tools = _tool_use(runtime, body)
     prepared = await prepare_chat(runtime, request, body, ENDPOINT, messages,
-                                  [t.model_dump(exclude_none=True) for t in body.tools or ()], tools, extra_stop,
+                                  [t.model_dump(exclude_none=True) for t in body.tools or ()], tools,
                                   body.token_limit(), prompt_param="messages")
     shape = ChatShape(tools, logprobs=prepared.generation.params.logprobs is not None)
     answer = await respond(runtime, request, prepared, shape, ENDPOINT)

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 
 from guardrail.guard.events import Finish
 from service.auth import require_client
-from service.chat_prompt import prepare_chat
+from service.chat_prompt import chat_template_for, prepare_chat
 from service.deps import RuntimeDep
 from service.errors import ApiError, validation_response
 from service.event_stream import Finished, KeepAlive, Output, OwnStreamShape, answer_items
@@ -35,12 +35,22 @@ from service.generation import (
     Prepared,
     ResponseIdentity,
     guard_headers,
+    prompt_token_ids,
     reject_unsupported,
     respond,
+    structured_output_of,
 )
 from service.runtime import Runtime
-from service.schemas.messages import STOP_REASONS, AnthropicError, MessageResponse, MessagesRequest, tool_input
-from service.tool_calls import ToolCall, parse_answer
+from service.schemas.messages import (
+    STOP_REASONS,
+    AnthropicError,
+    CountTokensRequest,
+    MessageResponse,
+    MessagesRequest,
+    chat_turns,
+    tool_input,
+)
+from service.tool_calls import ToolCall, ToolCallPiece, parse_answer
 from service.tool_choice import Mode, ToolUse, tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
@@ -100,9 +110,9 @@ router = APIRouter(prefix="/v1", tags=["generation"], route_class=AnthropicError
                    dependencies=[Depends(require_anthropic_client)])
 
 
-def _tool_use(runtime: Runtime, body: MessagesRequest) -> tuple[ToolUse | None, tuple[str, ...]]:
-    """How the answer is read for calls (``tool_choice``: ``any`` is OpenAI's ``required``, ``tool`` a named
-    function), and the stop strings a forced call adds.
+def _tool_use(runtime: Runtime, body: MessagesRequest) -> ToolUse | None:
+    """How the answer is made and read for calls (``tool_choice``: ``any`` is OpenAI's ``required``, ``tool`` a
+    named function; None: no tools, or ``none``).
 
     Raises:
         ApiError: 400 naming ``tool_choice`` when it needs tools the request does not give.
@@ -117,11 +127,13 @@ def _tool_use(runtime: Runtime, body: MessagesRequest) -> tuple[ToolUse | None, 
             raise ApiError(400, f"tool_choice names tool {choice.name!r}, which is not in tools",
                            param="tool_choice.name")
     if not body.tools or (choice is not None and choice.type == "none"):
-        return None, ()
+        return None
     single = bool(choice is not None and choice.disable_parallel_tool_use)
     kind = choice.type if choice is not None else "auto"
     mode: Mode = "named" if kind == "tool" else "required" if kind == "any" else "auto"
-    return tool_use(runtime, mode, choice.name if choice is not None else None, single)
+    return tool_use(runtime, [t.function() for t in body.tools], mode, choice.name if choice is not None else None,
+                    single, text_format=structured_output_of(runtime, body),
+                    schema_param=lambda i: f"tools.{i}.input_schema")
 
 
 def _tool_use_block(call: ToolCall) -> dict[str, Any]:
@@ -177,7 +189,7 @@ class MessagesShape(OwnStreamShape):
         text: str | None = result.finish.text
         calls: list[ToolCall] = []
         if self.tools is not None:
-            text, calls = parse_answer(self.tools.parser, result.finish.text, self.tools.prefix)
+            text, calls = parse_answer(self.tools.parser, result.finish.text)
             calls = self.tools.limit(calls)
         content = [{"type": "text", "text": text}] if text or not calls else []
         content += [_tool_use_block(call) for call in calls]
@@ -194,13 +206,15 @@ def sse(kind: str, payload: dict[str, Any]) -> str:
 async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent], shape: Any, c: ResponseIdentity,
                          prepared: Prepared, first_text: Callable[[], None], job: Job) -> AsyncIterator[str]:
     """Anthropic's SSE: ``message_start``, ``ping``, per content block ``content_block_start``, its deltas
-    (``text_delta``; a tool call's ``input_json_delta``, sent whole once the call is complete) and
+    (``text_delta``; a tool call's block starts once its name is known, then one ``input_json_delta`` per
+    released fragment of its input's JSON) and
     ``content_block_stop``, then ``message_delta`` (``stop_reason``, ``stop_sequence``, usage and the guard's
     record) and ``message_stop``. ``ping`` also keeps an idle connection alive while the guard holds text back.
     A failure after the start becomes an ``error`` event (Anthropic's error body) and the stream ends."""
     assert isinstance(shape, MessagesShape)
     blocks = 0
     text_open = False
+    tool_open = False  # a tool_use block whose input is still streaming
 
     def open_text() -> list[str]:
         nonlocal text_open
@@ -222,17 +236,32 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
                 out += open_text()
             out.append(sse("content_block_delta", {"type": "content_block_delta", "index": blocks,
                                                    "delta": {"type": "text_delta", "text": output.text}}))
-        for call in output.calls:
+        for piece in output.pieces:
+            out += tool_events(piece)
+        return out
+
+    def tool_events(piece: ToolCallPiece) -> list[str]:
+        nonlocal blocks, tool_open
+        out: list[str] = []
+        if piece.first:
             if text_open:
                 out += close_text()
-            block = _tool_use_block(call)
+            tool_open = True
+            block = _tool_use_block(ToolCall(piece.name, "{}", piece.id))
             out.append(sse("content_block_start", {"type": "content_block_start", "index": blocks,
                                                    "content_block": {**block, "input": {}}}))
+        if piece.arguments:
             out.append(sse("content_block_delta", {"type": "content_block_delta", "index": blocks, "delta": {
-                "type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}}))
-            out.append(sse("content_block_stop", {"type": "content_block_stop", "index": blocks}))
-            blocks += 1
+                "type": "input_json_delta", "partial_json": piece.arguments}}))
+        if piece.done is not None:
+            out += close_tool()
         return out
+
+    def close_tool() -> list[str]:
+        nonlocal blocks, tool_open
+        tool_open = False
+        blocks += 1
+        return [sse("content_block_stop", {"type": "content_block_stop", "index": blocks - 1})]
 
     try:
         yield sse("message_start", {"type": "message_start", "message": shape.message(
@@ -251,6 +280,9 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
                             yield line
                     if text_open:
                         for line in close_text():
+                            yield line
+                    if tool_open:  # cut inside a call's input (max_tokens): the block ends as it is
+                        for line in close_tool():
                             yield line
                     finish = item.result.finish
                     reason, sequence = shape.stop(finish, item.calls > 0)
@@ -284,12 +316,39 @@ async def message_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent],
 async def create_message(body: MessagesRequest, request: Request, response: Response,
                          runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
     reject_unsupported(body)  # before the prompt is tokenized
-    tools, extra_stop = _tool_use(runtime, body)
+    tools = _tool_use(runtime, body)
     prepared = await prepare_chat(runtime, request, body, ENDPOINT, body.chat_messages(),
-                                  [t.function() for t in body.tools or ()], tools, extra_stop, body.max_tokens,
+                                  [t.function() for t in body.tools or ()], tools, body.max_tokens,
                                   prompt_param="messages")
     shape = MessagesShape(runtime, body, tools, len(prepared.generation.prompt_ids))
     answer = await respond(runtime, request, prepared, shape, ENDPOINT, message_events)
     if isinstance(answer, dict):
         response.headers.update(guard_headers([answer["guardrail"]]))
     return answer
+
+
+@router.post(
+    "/messages/count_tokens",
+    responses={400: {"model": AnthropicError, "description": "Invalid request: `error.param` names the field"},
+               401: {"model": AnthropicError, "description": "Unknown, rotated or revoked API key."},
+               404: {"model": AnthropicError, "description": "Unknown model."},
+               413: {"model": AnthropicError, "description": "Body beyond the server's limits."}},
+    summary="The prompt tokens a message request would take (Anthropic's count_tokens)",
+)
+async def count_message_tokens(body: CountTokensRequest, runtime: RuntimeDep) -> dict[str, int]:
+    """``{"input_tokens": n}``: the prompt as ``POST /v1/messages`` would render it (the chat template, the
+    system turn, the tools unless ``tool_choice`` is ``none``), tokenized by the served tokenizer. Nothing is
+    generated, so the word lists and sampling fields do not matter here.
+
+    Raises:
+        ApiError: 404 for an unknown ``model``; 400 naming ``tools`` when the chat template cannot render them,
+            ``messages`` when the template rejects the turns or they exceed the context.
+    """
+    if body.model != runtime.model_id:
+        raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
+                       param="model")
+    shown = body.tools if body.tools and (body.tool_choice is None or body.tool_choice.type != "none") else None
+    functions = [t.function() for t in shown] if shown else None
+    ids = await prompt_token_ids(runtime, "messages", messages=chat_turns(body.system, body.messages),
+                                 tools=functions, chat_template=chat_template_for(runtime, functions is not None))
+    return {"input_tokens": len(ids)}

@@ -4,19 +4,23 @@ chat path: ``instructions`` becomes the system turn, ``input`` (a string or mess
 refused). Function tools (the Responses API's flat ``{"type": "function", "name", "description", "parameters"}``)
 are rendered by the chat template and read back by :mod:`service.tool_calls`, as on chat completions: calls are
 ``function_call`` output items, and ``function_call`` / ``function_call_output`` input items are the earlier
-turns' calls and the tools' answers. Built-in tools (web search, file search …) are refused with 400."""
+turns' calls and the tools' answers. Built-in tools (web search, file search …) are refused with 400.
+``text.format`` ``json_schema`` / ``json_object`` holds the answer to a JSON grammar under the guard
+(docs/structured-output.md), as ``response_format`` does on chat completions; a function tool is ``strict`` unless
+it says ``strict: false`` (the Responses API's default), and its call then follows its ``parameters``."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from guardrail.grammar.format import StructuredOutput
 from service.auth import require_client
 from service.chat_prompt import prepare_chat
 from service.deps import RuntimeDep
@@ -32,21 +36,22 @@ from service.generation import (
     ResponseIdentity,
     UsageTotal,
     guard_headers,
+    reject_unsupported,
     respond,
     sse_event,
+    structured_output_of,
 )
 from service.runtime import Runtime
-from service.schemas.generation import GenerationFields
+from service.schemas.fields import RESPONSES, refused
+from service.schemas.generation import UNSUPPORTED_FIELDS, GenerationFields
 from service.schemas.text import Text
-from service.tool_calls import ToolCall, parse_answer
+from service.tool_calls import ToolCall, ToolCallPiece, parse_answer
 from service.tool_choice import ToolUse, tool_use
 from service.worker import GenerationFailed, GenerationRejected, Job, ServerShuttingDown
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[Depends(require_client)])
 
 ENDPOINT = "/v1/responses"
-#: Responses fields that change the answer and are not implemented here: refused with 400 naming them.
-_REFUSED = ("previous_response_id", "conversation", "prompt", "background")
 #: Why a response is incomplete, by finish_reason (OpenAI's ``incomplete_details.reason`` values).
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -101,11 +106,13 @@ class FunctionTool(BaseModel):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: Text | None = None
     parameters: dict[str, Any] | None = Field(None, description="A JSON Schema object.")
-    strict: bool | None = None
+    strict: bool | None = Field(None, description="Calls follow parameters (a grammar under the guard); omitted "
+                                "or null: true, the Responses API's default.")
 
     def function(self) -> dict[str, Any]:
-        """The tool as chat completions' function tool (what the chat templates render)."""
-        return {"type": "function", "function": self.model_dump(exclude_none=True, exclude={"type", "strict"})}
+        """The tool as chat completions' function tool (what the chat templates render and the grammar reads)."""
+        function = self.model_dump(exclude_none=True, exclude={"type", "strict"})
+        return {"type": "function", "function": {**function, "strict": self.strict is not False}}
 
 
 class FunctionChoice(BaseModel):
@@ -126,12 +133,16 @@ class ResponsesRequest(GenerationFields):
         description="A user message's text, or items: messages, function calls and their outputs.")
     instructions: Text | None = Field(None, description="A system message put before the input.")
     max_output_tokens: int | None = Field(None, ge=1, description="Completion token limit.")
-    text: dict[str, Any] | None = Field(None, description='Output options: only {"format": {"type": "text"}}.')
+    text: dict[str, Any] | None = Field(None, description='Output options: {"format": {"type": "text"}} (default), '
+                                        '{"type": "json_object"} or {"type": "json_schema", "name", "schema", '
+                                        '"strict"}: the answer is held to the JSON grammar under the guard.')
     tools: list[FunctionTool] | None = Field(None, max_length=128, description="Functions the model may call.")
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = Field(
         None, description="As on chat completions; a named function is {\"type\": \"function\", \"name\"}.")
     parallel_tool_calls: bool | None = Field(None, description="false: at most one call is returned.")
     n: Literal[1] = 1
+
+    refused_fields: ClassVar[frozenset[str]] = UNSUPPORTED_FIELDS | refused(RESPONSES)
 
     def messages(self) -> list[dict[str, Any]]:
         """The turns as Hugging Face chat templates read them: consecutive ``function_call`` items are one
@@ -156,8 +167,41 @@ class ResponsesRequest(GenerationFields):
             turns.insert(0, {"role": "system", "content": self.instructions})
         return turns
 
-    def tool_use(self, runtime: Runtime) -> tuple[ToolUse | None, tuple[str, ...]]:
-        """How the answer is read for calls, and the stop strings a named call adds.
+    def text_format(self) -> dict[str, Any]:
+        """``text.format`` (``{"type": "text"}`` when not given)."""
+        value = (self.text or {}).get("format")
+        return value if value is not None else {"type": "text"}
+
+    def structured_output(self) -> StructuredOutput | None:
+        """``text.format`` as the answer's JSON format (``None``: text).
+
+        Raises:
+            ValueError: ``text.format: ...``, an unknown type or a malformed ``json_schema``.
+        """
+        value = self.text_format()
+        if not isinstance(value, dict):
+            raise ValueError(f"text.format: must be an object, got {type(value).__name__}")
+        kind = value.get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return StructuredOutput.from_response_format({"type": "json_object"})
+        if kind != "json_schema":
+            raise ValueError(f"text.format: type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+        if not isinstance(value.get("schema"), dict):
+            raise ValueError("text.format: type 'json_schema' needs a schema object")
+        name, strict = value.get("name"), value.get("strict")
+        if name is not None and not isinstance(name, str):
+            raise ValueError("text.format: name must be a string")
+        if strict is not None and not isinstance(strict, bool):
+            raise ValueError("text.format: strict must be a boolean")
+        return StructuredOutput.from_schema(value["schema"], "json_schema", name, strict, field="text.format")
+
+    def structured_output_field(self) -> str:
+        return "text.format"
+
+    def tool_use(self, runtime: Runtime) -> ToolUse | None:
+        """How the answer is made and read for calls (None: no tools, or ``tool_choice: none``).
 
         Raises:
             ApiError: 400 naming ``tool_choice`` when it asks for a call without tools or names a function that
@@ -170,11 +214,14 @@ class ResponsesRequest(GenerationFields):
             raise ApiError(400, f"tool_choice names function {choice.name!r}, which is not in tools",
                            param="tool_choice.name", code="invalid_value")
         if not self.tools or choice == "none":
-            return None, ()
+            return None
+        functions = [t.function() for t in self.tools]
+        text_format = structured_output_of(runtime, self)
+        where = {"schema_param": lambda i: f"tools.{i}.parameters"}
         if isinstance(choice, FunctionChoice):
-            return tool_use(runtime, "named", choice.name)
-        return tool_use(runtime, "required" if choice == "required" else "auto",
-                        single=self.parallel_tool_calls is False)
+            return tool_use(runtime, functions, "named", choice.name, text_format=text_format, **where)
+        return tool_use(runtime, functions, "required" if choice == "required" else "auto",
+                        single=self.parallel_tool_calls is False, text_format=text_format, **where)
 
 
 def _usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +258,7 @@ class ResponsesShape(OwnStreamShape):
             "tool_choice": choice.model_dump() if isinstance(choice, FunctionChoice) else choice or (
                 "auto" if self.request.tools else "none"),
             "tools": [t.model_dump(exclude_none=True) for t in self.request.tools or ()],
-            "text": {"format": {"type": "text"}}, "truncation": "disabled", "store": False,
+            "text": {"format": self.request.text_format()}, "truncation": "disabled", "store": False,
             "usage": _usage(usage) if usage is not None else None,
             "guardrail": finish.guardrail if finish is not None else None,
         }
@@ -237,7 +284,7 @@ class ResponsesShape(OwnStreamShape):
         """An answer's text and calls."""
         if self.tools is None:
             return text, []
-        content, calls = parse_answer(self.tools.parser, text, self.tools.prefix)
+        content, calls = parse_answer(self.tools.parser, text)
         return content or "", self.tools.limit(calls)
 
     def body(self, c: ResponseIdentity, results: list[ChoiceResult], usage: dict[str, Any]) -> dict[str, Any]:
@@ -260,6 +307,7 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
     sequence = 0
     items: list[dict[str, Any]] = []  # the output so far (a message while open: text still growing)
     message_at: int | None = None  # the open message's output_index
+    calls_at: dict[int, int] = {}  # a call's index among the calls -> its output_index
     text = ""
 
     def event(kind: str, **fields: Any) -> str:
@@ -295,17 +343,27 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
             text += output.text
             out.append(event("response.output_text.delta", item_id=shape.message_id, output_index=message_at,
                              content_index=0, delta=output.text, logprobs=[]))
-        for call in output.calls:
+        for piece in output.pieces:
+            out += call_events(piece)
+        return out
+
+    def call_events(piece: ToolCallPiece) -> list[str]:
+        out: list[str] = []
+        if piece.first:
             if message_at is not None:
                 out += close_message("completed")
-            at = len(items)
-            items.append(shape.call_item(call))
-            out += [event("response.output_item.added", output_index=at,
-                          item=shape.call_item(call, arguments="", status="in_progress")),
-                    event("response.function_call_arguments.delta", item_id=items[at]["id"], output_index=at,
-                          delta=call.arguments),
-                    event("response.function_call_arguments.done", item_id=items[at]["id"], output_index=at,
-                          name=call.name, arguments=call.arguments),
+            calls_at[piece.index] = len(items)
+            items.append(shape.call_item(ToolCall(piece.name, "", piece.id), status="in_progress"))
+            out.append(event("response.output_item.added", output_index=calls_at[piece.index], item=items[-1]))
+        at = calls_at[piece.index]
+        if piece.arguments:
+            items[at] = {**items[at], "arguments": items[at]["arguments"] + piece.arguments}
+            out.append(event("response.function_call_arguments.delta", item_id=items[at]["id"], output_index=at,
+                             delta=piece.arguments))
+        if piece.done is not None:
+            items[at] = shape.call_item(piece.done)
+            out += [event("response.function_call_arguments.done", item_id=items[at]["id"], output_index=at,
+                          name=piece.name, arguments=piece.done.arguments),
                     event("response.output_item.done", output_index=at, item=items[at])]
         return out
 
@@ -351,15 +409,10 @@ async def response_events(first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
 )
 async def create_response(body: ResponsesRequest, request: Request, response: Response,
                           runtime: RuntimeDep) -> StreamingResponse | dict[str, Any]:
-    for name in _REFUSED:
-        if (body.model_extra or {}).get(name) not in (None, [], "", False):
-            raise ApiError(400, f"{name} is not supported on /v1/responses", param=name, code="unsupported_parameter")
-    text_format = (body.text or {}).get("format") or {}
-    if not isinstance(text_format, dict) or text_format.get("type", "text") != "text":
-        raise ApiError(400, "only text output is supported", param="text.format", code="unsupported_parameter")
-    tools, extra_stop = body.tool_use(runtime)
+    reject_unsupported(body)  # before the prompt is tokenized
+    tools = body.tool_use(runtime)
     prepared = await prepare_chat(runtime, request, body, ENDPOINT, body.messages(),
-                                  [t.function() for t in body.tools or ()], tools, extra_stop,
+                                  [t.function() for t in body.tools or ()], tools,
                                   body.max_output_tokens or body.max_tokens, prompt_param="input")
     answer = await respond(runtime, request, prepared, ResponsesShape(body, tools), ENDPOINT, response_events)
     if isinstance(answer, dict):

@@ -4,7 +4,7 @@ Standard fields follow OpenAI's API reference, vLLM's extensions follow vLLM's s
 (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``stop_token_ids``, ``ignore_eos``).
 Fields this service cannot honour and that change what the answer means (``prompt_logprobs``,
 ``response_format`` other than text and JSON, vLLM's ``guided_*`` but ``guided_json`` …, see
-:data:`UNSUPPORTED_FIELDS`) are refused with a 400 naming them rather than ignored; other unknown
+:mod:`service.schemas.fields`) are refused with a 400 naming them rather than ignored; other unknown
 fields (``metadata``, ``store``, ``service_tier``, ``reasoning_effort`` …) are ignored with one log line naming
 them (as vLLM does). Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role, an assistant
 message's ``tool_calls``) are rendered through the chat template and read back from the answer
@@ -19,26 +19,22 @@ text completions, as in vLLM) and vLLM's ``guided_json``, enforced by a grammar 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from guardrail.grammar.format import StructuredOutput
 from guardrail.params import MAX_TOP_LOGPROBS, EvasionGuard
+from service.schemas.fields import CHAT, is_set, refused
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
-#: Fields of OpenAI's or vLLM's request that change the answer and that this service does not implement:
-#: a request setting one (to anything but null, false or an empty list) is refused with 400 naming it.
-UNSUPPORTED_FIELDS = frozenset({
-    "functions", "function_call", "prompt_logprobs",
-    "audio", "prediction", "web_search_options", "guided_regex", "guided_choice",
-    "guided_grammar", "guided_decoding_backend", "structured_outputs", "use_beam_search", "length_penalty",
-    "allowed_token_ids", "include_stop_str_in_output", "truncate_prompt_tokens", "chat_template",
-    "chat_template_kwargs", "continue_final_message", "documents", "echo", "suffix",
-})
+#: Fields of OpenAI's or vLLM's request that change the answer and that this service does not implement
+#: (:data:`service.schemas.fields.CHAT`): a request setting one (to anything but null, false or an empty list) is
+#: refused with 400 naming it.
+UNSUPPORTED_FIELDS = refused(CHAT)
 _MAX_STOP_TOKEN_IDS = 64
 #: ``response_format.type`` values served (docs/structured-output.md); another type is refused with 400.
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
@@ -85,8 +81,10 @@ class GenerationFields(BaseModel):
     """Fields shared by chat and text completions."""
 
     # "allow": unknown fields are kept in ``model_extra`` so that the route can refuse the ones in
-    # UNSUPPORTED_FIELDS; the others are ignored.
+    # refused_fields; the others are ignored.
     model_config = ConfigDict(extra="allow")
+    #: The undeclared fields this endpoint refuses when set (:mod:`service.schemas.fields`).
+    refused_fields: ClassVar[frozenset[str]] = UNSUPPORTED_FIELDS
 
     model: str = Field(description="The served model's id (GET /v1/models).")
     max_tokens: int | None = Field(None, ge=1, description="Completion token limit (capped by the server).")
@@ -152,7 +150,7 @@ class GenerationFields(BaseModel):
 
     def ignored_fields(self) -> list[str]:
         """Fields of the request this service does not know and ignores (logged, as vLLM does)."""
-        return sorted(name for name in self.model_extra or {} if name not in UNSUPPORTED_FIELDS)
+        return sorted(name for name in self.model_extra or {} if name not in self.refused_fields)
 
     def structured_output(self) -> StructuredOutput | None:
         """What the answer must be (``None``: free text); the endpoints that take ``response_format`` say.
@@ -162,13 +160,16 @@ class GenerationFields(BaseModel):
         """
         return None
 
+    def structured_output_field(self) -> str:
+        """The request field that carries the structured output (errors name it)."""
+        return "guided_json" if getattr(self, "guided_json", None) is not None else "response_format"
+
     def unsupported_field(self) -> str | None:
-        """The first field in :data:`UNSUPPORTED_FIELDS` that the request sets, if any (an endpoint's request
+        """The first field in :attr:`refused_fields` that the request sets, if any (an endpoint's request
         type adds its own declared fields; :func:`service.generation.reject_unsupported` answers 400)."""
         given = self.model_extra or {}
-        for name in sorted(UNSUPPORTED_FIELDS):
-            value = given.get(name)
-            if value not in (None, False, [], {}, ""):
+        for name in sorted(self.refused_fields):
+            if is_set(given.get(name)):
                 return name
         return None
 

@@ -102,6 +102,20 @@ def test_sync_rolls_the_matcher_back_to_the_sessions_tokens(smollm2_tokenizer, s
     assert torch.equal(state.forbidden(), fresh.forbidden())
 
 
+@pytest.mark.parametrize("extra_logits", [0, 64])  # a logits row wider than the tokenizer's ids
+def test_apply_adds_minus_infinity_exactly_where_the_mask_forbids(smollm2_tokenizer, smollm2_vocab, extra_logits):
+    spec = StructuredOutput.from_response_format(NAME_FORMAT)
+    state = GrammarState(spec, smollm2_tokenizer, smollm2_vocab, (2, 7), len(smollm2_vocab) + extra_logits)
+    tokens = smollm2_tokenizer.encode('{"name": "Bob"}', add_special_tokens=False)
+    for i in (0, 2, len(tokens) - 1, len(tokens)):  # the first state, inside the string, before and after "}"
+        state.sync(tokens[:i])
+        scores = torch.randn(1, state.num_logits)
+        expected = scores.clone().masked_fill_(state.forbidden(), -float("inf"))
+        state.apply(scores, tokens[:i])
+        assert torch.equal(scores, expected)
+        assert bool(torch.isinf(scores[0, len(smollm2_vocab):]).all())
+
+
 def test_unpack_bitmask_reads_bit_i_of_word_i_over_32():
     words = np.array([0b101, -(1 << 31)], dtype=np.int32)  # -2**31: only bit 31 set
     bits = unpack_bitmask(words, 70)

@@ -58,8 +58,9 @@ def test_calls_are_told_from_content_and_cut_to_one_when_single():
                                 _finish(answer)], ToolUse(HermesParser(), single=True))
     outputs = [item for item in items if isinstance(item, Output)]
     assert "".join(o.text for o in outputs) == "Let me look.\n"
-    [call] = [call for o in outputs for call in o.calls]
+    [call] = [piece.done for o in outputs for piece in o.pieces if piece.done is not None]
     assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert {piece.index for o in outputs for piece in o.pieces} == {0}
     assert isinstance(items[-1], Finished) and items[-1].calls == 1 and first_text == 1
 
 

@@ -33,7 +33,7 @@ ASK_WEATHER = [
     {"role": "assistant", "content": "It is rainy in London, 12 degrees Celsius."},
     {"role": "user", "content": "What is the weather like in Paris?"},
 ]
-TOOL_ASK = {"model": MODEL, "max_tokens": 24, "extra_body": GREEDY, "messages": ASK_WEATHER, "tools": [WEATHER],
+TOOL_ASK = {"model": MODEL, "max_tokens": 48, "extra_body": GREEDY, "messages": ASK_WEATHER, "tools": [WEATHER],
             "tool_choice": {"type": "tool", "name": "get_weather"}}
 
 

@@ -27,7 +27,7 @@ ASK_WEATHER = [
     {"role": "user", "content": "What is the weather like in Paris?"},
 ]
 FORCED = {"type": "function", "function": {"name": "get_weather"}}
-TOOL_REQUEST = {"model": MODEL, "messages": ASK_WEATHER, "tools": [WEATHER], "temperature": 0, "max_tokens": 24}
+TOOL_REQUEST = {"model": MODEL, "messages": ASK_WEATHER, "tools": [WEATHER], "temperature": 0, "max_tokens": 48}
 
 
 def sse_chunks(service, body: dict) -> list[str]:

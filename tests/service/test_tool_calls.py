@@ -18,7 +18,7 @@ from service.errors import ApiError
 from service.generation import with_keepalive
 from service.schemas.generation import ChatCompletionRequest
 from service.settings import Settings
-from service.tool_calls import HermesParser, JsonParser, ToolCallStream, forced_prefix, parse_answer
+from service.tool_calls import HermesParser, JsonParser, ToolCallStream, parse_answer
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -41,10 +41,18 @@ def test_an_answer_without_a_valid_call_is_all_content(text):
 
 
 def test_an_unclosed_hermes_call_is_read_as_far_as_its_json_goes():
-    content, calls = parse_answer(HermesParser(), '{"city": "Rome"}}\nmore', prefix=forced_prefix(HermesParser(),
-                                                                                                 "get_weather"))
+    content, calls = parse_answer(HermesParser(), '<tool_call>\n{"name": "get_weather", "arguments": '
+                                  '{"city": "Rome"}}\nmore')
     assert content is None
-    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Rome"})]
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Rome"}')]
+
+
+def test_arguments_in_the_template_layout_keep_their_text_and_others_are_reserialized():
+    _, [kept] = parse_answer(HermesParser(), '<tool_call>{"name": "f", "arguments": {"a":1,  "b": "\\u00e9"}}'
+                             '</tool_call>')
+    assert kept.arguments == '{"a":1,  "b": "\\u00e9"}'  # what the model wrote (OpenAI's arguments string)
+    _, [moved] = parse_answer(HermesParser(), '<tool_call>{"arguments": {"a":1}, "name": "f"}</tool_call>')
+    assert moved.arguments == '{"a": 1}'
 
 
 def test_json_calls_take_arguments_or_parameters_and_lists():
@@ -55,25 +63,68 @@ def test_json_calls_take_arguments_or_parameters_and_lists():
     assert parse_answer(JsonParser(), '{"answer": 42}') == ('{"answer": 42}', [])
 
 
-def test_forced_prefixes_escape_the_name():
-    assert forced_prefix(HermesParser(), None) == '<tool_call>\n{"name": "'
-    assert forced_prefix(JsonParser(), 'we"ird') == '{"name": "we\\"ird", "arguments": '
-
-
-def test_a_stream_sends_content_until_a_call_may_begin_and_each_call_once_complete():
-    stream = ToolCallStream(HermesParser())
-    pieces = [HERMES_ANSWER[i:i + 5] for i in range(0, len(HERMES_ANSWER), 5)]
-    sent, calls = [], []
-    for piece in pieces:
-        content, new = stream.feed(piece)
+def _streamed(stream: ToolCallStream, answer: str, size: int = 5) -> tuple[str, list]:
+    """Feed ``answer`` in slices of ``size`` characters; the content sent and the call pieces, in order."""
+    sent, pieces = [], []
+    for at in range(0, len(answer), size):
+        content, new = stream.feed(answer[at:at + size])
         sent.append(content)
-        calls += new
+        pieces += new
     content, new = stream.finish()
-    sent.append(content)
-    calls += new
-    assert "".join(sent) == "Let me look.\n"
-    assert [c.name for c in calls] == ["get_weather"]
-    assert stream.feed("")[1] == []  # a call is reported once
+    return "".join(sent) + content, pieces + new
+
+
+def test_a_stream_sends_content_until_a_call_begins_then_the_name_then_the_arguments_piece_by_piece():
+    stream = ToolCallStream(HermesParser())
+    content, pieces = _streamed(stream, HERMES_ANSWER)
+    assert content == "Let me look.\n"
+    assert pieces[0].first and pieces[0].name == "get_weather" and pieces[0].arguments.startswith("{")
+    fragments = [p.arguments for p in pieces]
+    assert len([f for f in fragments if f]) > 3  # fragment by fragment, not the whole object at once
+    assert "".join(fragments) == '{"city": "Paris"}' == pieces[-1].done.arguments
+    assert {p.id for p in pieces} == {stream.calls[0].id} and [p.done is not None for p in pieces].count(True) == 1
+    assert stream.feed("")[1] == []  # nothing is sent twice
+
+
+def test_a_streamed_call_never_sends_the_closing_brace_of_the_outer_object_or_the_tag():
+    stream = ToolCallStream(HermesParser())
+    head = '<tool_call>\n{"name": "f", "arguments": {"s": "}]\\"{"}'
+    _, pieces = stream.feed(head)
+    assert "".join(p.arguments for p in pieces) == '{"s": "}]\\"{"}'  # braces inside strings do not close it
+    _, more = stream.feed("}\n</tool_call>")
+    assert [(p.arguments, p.done is not None) for p in more] == [("", True)]
+
+
+def test_a_second_call_is_not_streamed_past_the_limit():
+    answer = HERMES_ANSWER + "\n" + HERMES_ANSWER.removeprefix("Let me look.\n").replace("Paris", "Rome")
+    _, pieces = _streamed(ToolCallStream(HermesParser(), limit=1), answer)
+    assert {p.index for p in pieces} == {0} and "Rome" not in "".join(p.arguments for p in pieces)
+    _, both = _streamed(ToolCallStream(HermesParser()), answer)
+    assert [p.done.arguments for p in both if p.done] == ['{"city": "Paris"}', '{"city": "Rome"}']
+
+
+def test_the_closing_tag_inside_a_string_argument_does_not_end_the_call():
+    answer = '<tool_call>\n{"name": "reply", "arguments": {"text": "end with </tool_call> here"}}\n</tool_call>'
+    _, [call] = parse_answer(HermesParser(), answer)
+    assert json.loads(call.arguments) == {"text": "end with </tool_call> here"}
+    _, pieces = _streamed(ToolCallStream(HermesParser()), answer, size=4)
+    assert "".join(p.arguments for p in pieces) == call.arguments and pieces[-1].done is not None
+
+
+def test_a_call_cut_inside_its_arguments_is_not_sent_again_as_content():
+    stream = ToolCallStream(HermesParser())
+    content, pieces = stream.feed('Sure.\n<tool_call>\n{"name": "f", "arguments": {"s": "abc')
+    assert content == "Sure.\n" and pieces[0].first
+    assert stream.finish() == ("", [])  # max_tokens cut it: finish_reason says so, nothing is re-sent
+    content, [cut] = parse_answer(HermesParser(), stream.text)  # the whole answer reads the same
+    assert content == "Sure.\n" and (cut.name, cut.arguments) == ("f", '{"s": "abc')
+
+
+def test_a_call_in_another_layout_is_sent_whole_once_complete():
+    answer = '<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'
+    _, pieces = _streamed(ToolCallStream(HermesParser()), answer, size=3)
+    [piece] = pieces
+    assert piece.first and piece.done is not None and piece.arguments == '{"x": 1}' == piece.done.arguments
 
 
 def test_a_possible_tag_is_held_back_until_the_text_decides():
