@@ -187,7 +187,7 @@ def bench_rollback(model, tokenizer, reps=15):
 
 def bench_guard_step(decoder, chats, artefact, tokens):
     """The guard's work per row and step inside the 8-stream batch: the ban mask (``BanMask.apply`` of
-    ``session.banned_ids()``) plus ``GuardSession.accept``, timed around those calls in the real run; 4
+    ``session.mask_ids()``) plus ``GuardSession.accept``, timed around those calls in the real run; 4
     guarded and 4 unguarded rows in one batch (an unguarded row runs the same calls with no matcher)."""
     samples: dict[bool, list[float]] = {True: [], False: []}
     apply, accept = BanMask.apply, GuardSession.accept

@@ -6,7 +6,7 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
 
     logits of position p (kept from the forward pass that produced them)
       -> processors (logit_bias, repetition penalty, bad words, suppress)       sampling.build_processors
-      -> session.banned_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
+      -> session.mask_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
       -> the JSON grammar after the kept tokens (response_format only)      -inf, in place (guardrail.grammar)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
@@ -455,7 +455,7 @@ class Generation(VerdictHandler):
         # In place is safe even on the kept raw logits: the always-banned mask is idempotent, and the bans
         # of a position only grow while its logits are valid (a rollback to an earlier position discards
         # both). The processors above never modify their input.
-        self.mask.apply(scores, self.session.banned_ids())
+        self.mask.apply(scores, self.session.mask_ids())
         if self.grammar is not None:  # the same in-place argument: fixed while the logits of `position` are kept
             self.grammar.apply(scores, self.session.token_ids)
         if self.warpers:

@@ -186,7 +186,7 @@ class BanMask:
     """Sets banned ids to ``-inf`` in a scores row, with the index tensor rebuilt only when the ids change.
 
     The guard session returns the same ``int64`` array object while the bans in force do not change
-    (:meth:`~guardrail.guard.session.GuardSession.banned_ids`), so the tensor is cached by identity:
+    (:meth:`~guardrail.guard.session.GuardSession.mask_ids`), so the tensor is cached by identity:
     ``torch.from_numpy`` (no copy) runs once per change, not once per step.
     """
 
@@ -194,12 +194,12 @@ class BanMask:
         self._ids: object = None
         self._index: torch.Tensor | None = None
 
-    def apply(self, scores: torch.Tensor, banned_ids) -> torch.Tensor:
-        """Mask ``scores`` (``(rows, vocab)`` float) in place at ``banned_ids`` (``int64 (k,)`` numpy array)
+    def apply(self, scores: torch.Tensor, mask_ids) -> torch.Tensor:
+        """Mask ``scores`` (``(rows, vocab)`` float) in place at ``mask_ids`` (``int64 (k,)`` numpy array)
         in every row; returns ``scores``."""
-        if banned_ids is not self._ids:
-            self._ids = banned_ids
-            self._index = torch.from_numpy(banned_ids) if len(banned_ids) else None
+        if mask_ids is not self._ids:
+            self._ids = mask_ids
+            self._index = torch.from_numpy(mask_ids) if len(mask_ids) else None
         if self._index is not None:
             scores.index_fill_(1, self._index, -math.inf)
         return scores
