@@ -3,7 +3,7 @@ as one ``(row, column)`` index, which the engine writes in one operation (``logi
 
 On a GPU host the unit of work is the engine step, not the token: at 256 rows a step leaves about 1 ms of
 host time, a few microseconds per row, so nothing here builds an array per row or unions sets per row at
-steady state (docs/design.md, "The guard at batch scale"). What makes it cheap:
+steady state (docs/design.md §7.4, "The guard at batch scale"). What makes it cheap:
 
 * **Masks depend on the automaton state, not the row.** :class:`MaskTable` memoises, per artefact and set of
   end ids, the ids masked in each state (the completing ids, and the end ids where ending the text would
@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class MaskTable:
         return found
 
     def mask(self, state: int) -> np.ndarray:
-        """``int64 (k,)`` sorted, read-only: the ids masked in ``state`` besides the artefact's always-banned
+        """``int64 (k,)`` sorted, not to be modified: the ids masked in ``state`` besides the artefact's always-banned
         ids: the completing ids, plus the end ids when ending the text here would complete a ``word`` term.
         The same array object for the same state (an empty state shares one empty array)."""
         found = self._masks.get(state)
@@ -143,10 +143,8 @@ class MaskTable:
         if self.ends_on_term(state):
             parts.append(self._eos)
         ids = token_difference(token_set(*parts), artefact.always_banned)
-        if len(ids):
-            ids.flags.writeable = False
-        else:
-            ids = _NO_IDS
+        if not len(ids):
+            ids = _NO_IDS  # one empty array for every empty state: a row moving between them changes nothing
         if len(self._masks) >= COMPLETING_LIMIT:
             self._masks.clear()
         self._masks[state] = ids
@@ -173,24 +171,16 @@ def always_banned_ids(artefact: ArtefactLike | None, vocab_size: int, num_logits
     return token_set(*parts) if parts else _NO_IDS
 
 
-class _Row(Protocol):
-    always_banned: np.ndarray
-    state_ids: np.ndarray
-    position_ids: np.ndarray | None
-
-    def advance(self) -> bool: ...
-
-
 class MaskRow:
     """One mask-only row: the masks and after-the-fact hits of a :class:`MaskSession` fed the same tokens.
 
     Args:
-        table: the artefact's :class:`MaskTable` (``None``: no terms guarded, only ``always`` and ``bans``).
+        table: the artefact's :class:`MaskTable` (``None``: no terms guarded, only ``always_banned`` and ``bans``).
         tokens: the row's generated ids, a list the engine appends to (vLLM's live ``output_token_ids``); each
             :meth:`advance` reads the ids appended since the last one. Trailing :data:`PLACEHOLDER` ids
             (vLLM's async scheduling, ids still on the device) are read at a later step.
-        always_banned: ``int64 (k,)`` sorted ids masked at every position (:func:`always_banned_ids`); rows that share
-            the array object share its layout in the index.
+        always_banned: ``int64 (k,)`` sorted ids masked at every position (:func:`always_banned_ids`); rows
+            that share the array object share its layout in the index.
         bans: ``{position: int64 (k,) ids}`` masked at that position only (positions count ``tokens``).
         prefix: ids the matcher reads before ``tokens`` (the completion text before a resubmission), not
             counted as positions.

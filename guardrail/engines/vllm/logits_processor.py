@@ -16,11 +16,12 @@ are scalars or lists, so there the object is sent JSON-encoded: ``"vllm_xargs": 
     banned_terms   extra terms (a list named "request")                         default []
     bans           {"<position>": [token ids]}: position bans, counted from     default {}
                    the request's first generated token
-    banned_ids     [token ids] masked at every position                         default []
+    always_banned  [token ids] masked at every position (its former name,      default []
+                   ``banned_ids``, is still read)
     resume_tokens  the last N prompt tokens are already completion text: the   default 0
                    matcher starts after them (a resubmission after a rollback)
     mask           "completing" (mask-only guard, the default) or "bans" (only
-                   the lists' always-banned ids, ``banned_ids`` and ``bans``: the
+                   the lists' always-banned ids, ``always_banned`` and ``bans``: the
                    rollback driver, :mod:`guardrail.engines.vllm.driver`, catches
                    hits itself and passes its artefact's always-banned ids here)
 
@@ -67,7 +68,10 @@ __all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", 
 EXTRA_ARGS_KEY = "guardrail"
 MaskMode = Literal["completing", "bans"]
 _MASK_MODES = ("completing", "bans")
-_FIELDS = ("wordlists", "banned_terms", "bans", "banned_ids", "resume_tokens", "mask")
+_FIELDS = ("wordlists", "banned_terms", "bans", "always_banned", "resume_tokens", "mask")
+#: The former name of ``always_banned`` (it also named a session's whole mask then: docs/design.md, glossary),
+#: still read so that a gateway of the previous release keeps working against this processor.
+_DEPRECATED_FIELDS = {"banned_ids": "always_banned"}
 #: Compiled artefacts kept per processor (one per distinct list selection; a compile costs ~1 s on CPU).
 ARTEFACT_LIMIT = 32
 #: Always-banned arrays kept per processor (one per artefact and request ids: rows that share one share its
@@ -84,7 +88,7 @@ class GuardArgs:
     bans: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     resume_tokens: int = 0
     mask: MaskMode = "completing"
-    banned_ids: tuple[int, ...] = ()
+    always_banned: tuple[int, ...] = ()
 
     @property
     def guards_terms(self) -> bool:
@@ -104,7 +108,7 @@ class GuardArgs:
         return {
             "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
             "bans": {str(p): list(ids) for p, ids in self.bans.items()},
-            "banned_ids": list(self.banned_ids), "resume_tokens": self.resume_tokens, "mask": self.mask,
+            "always_banned": list(self.always_banned), "resume_tokens": self.resume_tokens, "mask": self.mask,
         }
 
 
@@ -153,7 +157,12 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
             raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] is a string but not JSON ({exc})") from None
     if not isinstance(raw, Mapping):
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(_FIELDS))
+    for old, new in _DEPRECATED_FIELDS.items():
+        if old in raw:
+            if new in raw:
+                raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: {old!r} is the former name of {new!r}; give one")
+            raw = {**{k: v for k, v in raw.items() if k != old}, new: raw[old]}
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_DEPRECATED_FIELDS))
     if unknown:
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: unknown field(s) {unknown}; accepted: {list(_FIELDS)}")
     wordlists = _strings("wordlists", raw.get("wordlists", ()))
@@ -162,9 +171,9 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     if not isinstance(bans_raw, Mapping):
         raise ValueError(f"{_field('bans')} must be an object {{position: [token ids]}}, got {type(bans_raw).__name__}")
     bans: dict[int, tuple[int, ...]] = {}
-    banned_ids = raw.get("banned_ids", ())
-    if not _token_ids(banned_ids):
-        raise ValueError(f"{_field('banned_ids')} must be a list of token ids >= 0, got {banned_ids!r}")
+    always_banned = raw.get("always_banned", ())
+    if not _token_ids(always_banned):
+        raise ValueError(f"{_field('always_banned')} must be a list of token ids >= 0, got {always_banned!r}")
     for key, ids in bans_raw.items():
         try:
             position = int(key)
@@ -182,7 +191,7 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     from guardrail.wordlists.selection import select_wordlists
 
     select_wordlists(wordlists, terms)  # unknown list names and invalid terms raise here, named
-    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(banned_ids))
+    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(always_banned))
 
 
 def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
@@ -302,7 +311,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         bans = {p: np.array(sorted(set(ids)), dtype=np.int64) for p, ids in args.bans.items() if ids}
         table = self._table(args) if args.guards_terms else None
         artefact = table.artefact if table is not None else None
-        always = self._always_banned(artefact, args.banned_ids)
+        always = self._always_banned(artefact, args.always_banned)
         if table is None or args.mask != "completing":
             return MaskRow(None, output_ids, always, bans=bans)
         resumed = (prompt_ids or [])[len(prompt_ids or []) - args.resume_tokens:] if args.resume_tokens else []
