@@ -30,6 +30,7 @@ Rows (:class:`BatchGuard` keys them by batch index, as vLLM's persistent batch d
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -49,6 +50,9 @@ _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False
 #: :meth:`MaskTable.advance` of a token that completes a term from the state (the row takes the slow path).
 HIT = -1
+#: :attr:`MaskIndex.version` values, unique in the process (an engine that replaces its batch cannot mistake a
+#: new index for the one it built its tensors from).
+_VERSIONS = itertools.count(1)
 #: vLLM's async scheduling writes this placeholder for an id still on the device (see :meth:`MaskRow.advance`).
 PLACEHOLDER = -1
 
@@ -59,8 +63,8 @@ class MaskIndex(NamedTuple):
     Attributes:
         rows: ``int64 (n,)`` batch indices.
         cols: ``int64 (n,)`` token ids (a pair may repeat: a write of ``-inf`` twice is the same write).
-        version: changes whenever the index changes; the same value means the same arrays (an engine caches
-            the tensors it built from them by it).
+        version: changes whenever the index changes, unique in the process; the same value means the same
+            arrays (an engine caches the tensors it built from them by it).
     """
 
     rows: np.ndarray
@@ -335,8 +339,7 @@ class BatchGuard:
 
     def __init__(self) -> None:
         self._rows: dict[int, MaskRow | SessionRow] = {}
-        self._version = 0
-        self._index = MaskIndex(_NO_IDS, _NO_IDS, 0)
+        self._index = MaskIndex(_NO_IDS, _NO_IDS, next(_VERSIONS))
         self._members_changed = False  # rows joined, left or moved since the last step
         self._always: tuple[np.ndarray, np.ndarray] = (_NO_IDS, _NO_IDS)  # the always-banned part, by membership
 
@@ -414,8 +417,7 @@ class BatchGuard:
                 rows, cols = np.concatenate((always_rows, rows)), np.concatenate((always_cols, cols))
         else:
             rows, cols = always_rows, always_cols
-        self._version += 1
-        self._index = MaskIndex(rows, cols, self._version)
+        self._index = MaskIndex(rows, cols, next(_VERSIONS))
         return self._index
 
     def _lay_always(self) -> tuple[np.ndarray, np.ndarray]:

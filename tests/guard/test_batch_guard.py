@@ -78,6 +78,15 @@ def test_a_batch_whose_masks_did_not_change_keeps_its_index(artefact, tok):
     assert moved.version != first.version and len(moved.rows) > 2
 
 
+def test_two_batches_never_give_the_same_index_version(artefact, tok):
+    """An engine that replaces its batch (rows joined or left) must not reuse tensors built for the old one."""
+    table = MaskTable.of(artefact, {EOS})
+    first, second = BatchGuard(), BatchGuard()
+    first.add(0, MaskRow(table, [tok(" hello")]))
+    second.add(0, MaskRow(table, [tok(" hello")]))
+    assert first.step().version != second.step().version
+
+
 def test_placeholder_ids_are_read_at_a_later_step(artefact, smollm2_vocab, tok):
     table = MaskTable.of(artefact, {EOS})
     tokens = [tok(" hello"), -1]  # vLLM's async scheduling: the second id is still on the device
