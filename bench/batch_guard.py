@@ -7,7 +7,11 @@ the rows sit in the states prose visits (the memo hit rates are the point: rando
 prose never does). The memo is warm as on a running server: one request first reads the corpus' first half
 (through the processor, and through the batch step's table), and the timed rows read the second half, text
 the memo has not seen. Per configuration, after ``--warmup`` steps, ``--steps`` steps are timed, the four
-measurements taken in turn on the same step (the order rotates every step), p50 and p90 in milliseconds:
+first three measurements taken in turn on the same step (the order rotates every step), then vLLM's
+``bad_words`` apart on the next 12 steps (its ~10^5 Python operations a step at 256 rows evict the caches a
+measurement beside it would run in: interleaved, the processor measured ten times slower); each timed with
+the cyclic garbage collector off as ``timeit`` does, the heap after the warm-up frozen as vLLM freezes its
+own after start-up; p50 and p90 in milliseconds:
 
 * ``processor``: :class:`~guardrail.engines.vllm.logits_processor.GuardLogitsProcessor` built and driven
   through vLLM's public interface (``VllmConfig``, ``BatchUpdate`` with the requests' ``SamplingParams``,
@@ -31,11 +35,18 @@ Run with the vLLM environment (``processor`` and ``bad_words`` need vLLM; withou
 
 ``--device cuda`` puts the logits on the GPU (``bench/gpu_check.sh``): the times are then host times (the
 launch, no synchronisation) beside ``*_synced`` times (``torch.cuda.synchronize`` before the clock stops).
+
+``--throughput 64,256`` (vLLM's CUDA build; ``bench/gpu_check.sh``) instead runs SmolLM2 through vLLM's
+``LLM`` with the processor loaded (``logits_processors=``), that many concurrent requests of corpus prose
+prompts, greedy, ``ignore_eos`` so every request decodes ``--max-tokens``: aggregate tokens/s guarded (every
+request ``extra_args={"guardrail": {"wordlists": ["en"]}}``) over unguarded (the same requests without it),
+on one engine, the two runs alternating ``--reps`` times (medians).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -76,6 +87,8 @@ try:
 except ImportError:  # the main environment: the batch step and its baseline only
     SamplingParams = None
 
+#: Steps timed for vLLM's bad_words (100-400 ms each at 256 rows).
+BAD_WORDS_STEPS = 12
 FLOORS_MS = {("smollm2", 64): 0.3, ("smollm2", 256): 1.0, ("gemma3", 256): 1.5}
 GUARD = {"guardrail": {"wordlists": ["en"]}}
 
@@ -178,29 +191,44 @@ def bench(setup: Setup, rows: int, steps: int, warmup: int) -> dict:
     def run_unguarded():
         unguarded.apply(logits)
 
-    runs = {"processor": run_processor, "batch_step": run_batch, "bad_words": run_bad_words,
+    runs = {"processor": run_processor, "batch_step": run_batch,
             "unguarded": run_unguarded} if guarded is not None else {"batch_step": run_batch}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    synced: dict[str, list[float]] = {name: [] for name in runs}
+    times: dict[str, list[float]] = {name: [] for name in [*runs, "bad_words"]}
+    synced: dict[str, list[float]] = {name: [] for name in times}
     masked = []
     before = (0, 0)
-    for step in range(warmup + steps):
+
+    def timed(name: str, run, step: int) -> None:
+        gc.disable()  # as timeit does: the garbage one measurement leaves is not collected inside another's
+        started = _timer(device, True)
+        run()
+        host = time.perf_counter() - started
+        done = _timer(device, True)
+        gc.enable()
+        if step >= warmup:
+            times[name].append(host)
+            synced[name].append(done - started)
+
+    def read(step: int) -> None:
         for index, out in enumerate(outputs):
             out.append(setup.ids[start + index * stride + step])
+
+    for step in range(warmup + steps):
+        read(step)
         if step == warmup:
             before = (table.computed_transitions, table.computed_masks)
         names = list(runs)
-        names = names[step % len(names):] + names[:step % len(names)]  # rotate: no order bias
-        for name in names:
-            started = _timer(device, True)
-            runs[name]()
-            host = time.perf_counter() - started
-            done = _timer(device, True)
-            if step >= warmup:
-                times[name].append(host)
-                synced[name].append(done - started)
+        for name in names[step % len(names):] + names[:step % len(names)]:  # rotate: no order bias
+            timed(name, runs[name], step)
         if step >= warmup:
             masked.append(len(batch.step().rows))
+    if guarded is not None:
+        # vLLM's bad_words apart, on the next steps of the same rows: its ~10^5 Python operations a step evict
+        # the caches the measurements beside it would run in (measured: x10 on the processor at 256 rows).
+        for step in range(warmup + steps, warmup + steps + BAD_WORDS_STEPS):
+            read(step)
+            timed("bad_words", run_bad_words, step)
+    times = {name: values for name, values in times.items() if values}
     if guarded is not None:  # the requests leave: the next configuration joins an empty batch
         guarded.update_state(BatchUpdate(0, list(range(rows)), [], []))
         unguarded.update_state(BatchUpdate(0, list(range(rows)), [], []))
@@ -221,6 +249,35 @@ def bench(setup: Setup, rows: int, steps: int, warmup: int) -> dict:
     return out
 
 
+def throughput(concurrency: list[int], max_tokens: int, reps: int) -> dict:
+    """Guarded ÷ unguarded aggregate tokens/s through vLLM's ``LLM`` at each concurrency (see the docstring)."""
+    from vllm import LLM
+
+    directory = model_directory("smollm2")
+    llm = LLM(model=str(directory), logits_processors=[GuardLogitsProcessor], max_num_seqs=max(concurrency),
+              seed=0)
+    tokenizer = load_tokenizer("smollm2")
+    ids = corpus_ids(tokenizer)
+    out: dict = {"model": "smollm2", "max_tokens": max_tokens, "reps": reps}
+    for count in concurrency:
+        prompts = [{"prompt_token_ids": ids[i * 64:i * 64 + 64]} for i in range(count)]
+        rates: dict[str, list[float]] = {"guarded": [], "unguarded": []}
+        for rep in range(reps):
+            order = ("unguarded", "guarded") if rep % 2 == 0 else ("guarded", "unguarded")
+            for name in order:
+                extra = GUARD if name == "guarded" else None
+                params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, extra_args=extra)
+                started = time.perf_counter()
+                results = llm.generate(prompts, params, use_tqdm=False)
+                seconds = time.perf_counter() - started
+                rates[name].append(sum(len(r.outputs[0].token_ids) for r in results) / seconds)
+        guarded, unguarded = statistics.median(rates["guarded"]), statistics.median(rates["unguarded"])
+        out[f"requests_{count}"] = {"guarded_tokens_per_s": round(guarded, 1),
+                                    "unguarded_tokens_per_s": round(unguarded, 1),
+                                    "guarded_over_unguarded": round(guarded / unguarded, 3)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,64,256", help="batch sizes, comma-separated")
@@ -228,7 +285,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=16, help="steps before the timed ones")
     parser.add_argument("--device", default="cpu", help="where the logits live (cpu, cuda)")
+    parser.add_argument("--throughput", default="", help="vLLM tokens/s at these concurrencies instead (GPU)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per request (--throughput)")
+    parser.add_argument("--reps", type=int, default=2, help="guarded/unguarded runs per concurrency (--throughput)")
     args = parser.parse_args()
+    if args.throughput:
+        counts = [int(c) for c in args.throughput.split(",")]
+        result = throughput(counts, args.max_tokens, args.reps)
+        if torch.cuda.is_available():
+            result["gpu"] = torch.cuda.get_device_name(0)
+        print(json.dumps(result))
+        return
     device = torch.device(args.device)
     result: dict = {"device": str(device), "steps": args.steps, "warmup": args.warmup,
                     "torch_threads": torch.get_num_threads(), "vllm": SamplingParams is not None}
@@ -238,6 +305,8 @@ def main() -> None:
         setup = Setup(name, device)
         warmed = time.perf_counter()
         warm(setup, setup.ids[:len(setup.ids) // 2])
+        gc.collect()
+        gc.freeze()  # what vLLM does after start-up: the heap so far is never scanned again
         entry = {"vocab": len(setup.vocab), "num_logits": setup.num_logits, "corpus_tokens": len(setup.ids),
                  "always_banned": int(len(setup.artefact.always_banned)),
                  "memo_warmup_tokens": len(setup.ids) // 2, "memo_warmup_s": round(time.perf_counter() - warmed, 1)}
