@@ -7,7 +7,7 @@ shared and noisy, so ratios are what to compare):
   (``StreamingDecoder`` with ``artefact=None``) on SmolLM2 prompts that hit nothing, the two generations
   advanced step by step in turn (floor: guarded ≥ 0.97 × unguarded); and a guarded generation alone vs
   ``model.generate`` with the same settings, run one after the other (noisier: not interleaved).
-* ``guard_step_us``: the guard's work per step — the mask of ``GuardSession.banned_ids()``,
+* ``guard_step_us``: the guard's work per step — the mask of ``GuardSession.mask_ids()``,
   ``GuardSession.accept`` (matcher push, release bookkeeping), dropping unreachable logits — replayed on the
   tokens of those generations through the public session API (the model's forward pass replaced by stored
   logits). Floor: p50 ≤ 50 µs.
@@ -166,7 +166,7 @@ def bench_overhead(model, decoder, artefact, chats, tokens, reps):
 
 def bench_guard_step(decoder, artefact, replays):
     """Replay generations step by step with stored logits; time what the guard adds to a step: the engine's
-    mask of ``session.banned_ids()``, ``session.accept`` (matcher, release) and dropping unreachable logits."""
+    mask of ``session.mask_ids()``, ``session.accept`` (matcher, release) and dropping unreachable logits."""
     raw = torch.randn((1, decoder.model.config.vocab_size))
     samples = {"guarded": [], "unguarded": []}
     held = []  # tokens decoded but not yet released, after each guarded step
@@ -180,7 +180,7 @@ def bench_guard_step(decoder, artefact, replays):
                     logits[session.position] = scores = raw.clone()  # stands in for the forward pass (not timed)
                     started = time.perf_counter()
                     with torch.inference_mode():
-                        mask.apply(scores, session.banned_ids())
+                        mask.apply(scores, session.mask_ids())
                     if session.accept(token).kind != KEEP:
                         raise RuntimeError("replayed token hit a term")
                     for old in [p for p in logits if p < session.frontier]:

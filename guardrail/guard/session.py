@@ -9,7 +9,7 @@ a step into the engine's keep / rollback / finish (docs/design.md, "The decode s
 
     session = GuardSession.from_params(artefact, vocab, params, eos_ids=eos)
     while True:
-        scores[:, session.banned_ids()] = -inf      # the same array object until it changes: cache its tensor
+        scores[:, session.mask_ids()] = -inf      # the same array object until it changes: cache its tensor
         token = pick(scores)                          # from the kept logits of session.position
         if token is None:                             # every candidate banned
             emit(session.finish("content_filter")); break
@@ -21,7 +21,7 @@ a step into the engine's keep / rollback / finish (docs/design.md, "The decode s
 
 Evasion guard: a term that caused a rollback is escalated — also matched as a substring from where it began
 to the end of the generation (:mod:`guardrail.guard.escalation`); nothing changes for the engine, which sees
-the escalation's hits as rollbacks and its masks in :meth:`GuardSession.banned_ids`.
+the escalation's hits as rollbacks and its masks in :meth:`GuardSession.mask_ids`.
 
 Rollback contract: a rollback never goes before :attr:`GuardSession.frontier`, so an engine that keeps the
 logits of every position in ``[frontier, position]`` rolls back without a forward pass (the transformers
@@ -340,7 +340,7 @@ class GuardSession(GuardState):
         return tuple(self._escalations)
 
     # -- what to mask ---------------------------------------------------------------------------------
-    def banned_ids(self) -> np.ndarray:
+    def mask_ids(self) -> np.ndarray:
         """Token ids to mask at the current position: :attr:`always_banned` (the escalated terms' included)
         ∪ the position's bans.
 

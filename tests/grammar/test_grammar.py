@@ -152,7 +152,7 @@ def test_a_banned_term_inside_a_string_rolls_both_back_and_the_combined_mask_kee
     grammar.sync(session.token_ids)
     assert grammar.consumed == tuple(tokens[:start])  # the matcher rolled back as many tokens as the guard
     scores = torch.zeros((1, len(smollm2_vocab)))
-    BanMask().apply(scores, session.banned_ids())
+    BanMask().apply(scores, session.mask_ids())
     grammar.apply(scores, session.token_ids)
     assert scores[0, cat] == -float("inf")  # the guard's ban
     assert cat in _allowed(grammar)  # ... which the grammar alone allows

@@ -60,10 +60,10 @@ def released(steps):
 def test_a_request_that_never_hits_builds_nothing_and_masks_the_same_array(hello, smollm2_vocab, tok):
     compiles = ESCALATION_ARTEFACTS.compiles
     s = session(hello, smollm2_vocab)
-    first = s.banned_ids()
+    first = s.mask_ids()
     drive(s, [tok(" hi"), tok(" oh"), tok("hello"), tok(" world")])  # "ohhello" before any hit: not a match
     assert s.escalations == ()
-    assert s.banned_ids() is first is s.always_banned
+    assert s.mask_ids() is first is s.always_banned
     assert ESCALATION_ARTEFACTS.compiles == compiles
 
 
@@ -90,7 +90,7 @@ def test_glued_and_underscore_forms_are_rolled_back_once_escalated(hello, smollm
     step = s.accept(tok("hello"))
     assert step.kind == ROLLBACK and step.events[-1].evasion
     # Masked up front too: every token holding "hello" is in the escalation's always-banned ids.
-    assert tok("hello") in s.banned_ids() and tok(" hello") in s.banned_ids()
+    assert tok("hello") in s.mask_ids() and tok(" hello") in s.mask_ids()
 
 
 def test_the_guard_off_keeps_the_old_behaviour(hello, smollm2_vocab, tok):
@@ -117,7 +117,7 @@ def test_the_escalation_survives_later_rollbacks_and_is_dropped_by_one_before_it
     steps = drive(s, [tok(" good"), tok(" hello"), tok("!")])
     assert steps[-1].kind == ROLLBACK and steps[-1].position == 1
     assert [e.start for e in s.escalations] == [1]
-    assert tok("hello") in s.banned_ids()  # "hello" without a space: masked only while escalated
+    assert tok("hello") in s.mask_ids()  # "hello" without a space: masked only while escalated
     # A later hit of the escalated term (" hello" again, caught as a substring at once) keeps the escalation.
     steps = drive(s, [tok(" oh"), tok(" hello")])
     assert steps[-1].kind == ROLLBACK and steps[-1].position == 2 and steps[-1].events[-1].evasion
@@ -129,7 +129,7 @@ def test_the_escalation_survives_later_rollbacks_and_is_dropped_by_one_before_it
     assert steps[-1].kind == ROLLBACK and steps[-1].position == 0
     # "hello" (escalated at 1) is dropped; "good morning" is escalated at 0 by its own hit.
     assert [(e.term_id, e.start) for e in s.escalations] == [(1, 0)]
-    assert tok("hello") not in s.banned_ids()
+    assert tok("hello") not in s.mask_ids()
     assert [s.accept(t).kind for t in (tok(" oh"), tok("hello"), tok("."))] == [KEEP, KEEP, KEEP]
     # ...and a new hit of "hello" escalates it again, from its new position.
     steps = drive(s, [tok(" hello"), tok("!")])
@@ -157,7 +157,7 @@ def test_a_second_request_on_the_same_artefact_has_no_escalation(hello, smollm2_
     escalate_hello(first, tok)
     second = session(hello, smollm2_vocab)
     assert second.escalations == ()
-    assert tok("hello") not in second.banned_ids()
+    assert tok("hello") not in second.mask_ids()
     assert [second.accept(t).kind for t in (tok(" oh"), tok("hello"), tok("."))] == [KEEP, KEEP, KEEP]
     # A third request escalating the same term reuses the compiled escalation artefact, not the matcher.
     third = session(hello, smollm2_vocab)
@@ -168,13 +168,13 @@ def test_a_second_request_on_the_same_artefact_has_no_escalation(hello, smollm2_
     assert third.escalations[0].matcher is not first.escalations[0].matcher
 
 
-def test_banned_ids_is_the_same_array_until_an_escalation_starts_or_ends(hello, smollm2_vocab, tok):
+def test_mask_ids_is_the_same_array_until_an_escalation_starts_or_ends(hello, smollm2_vocab, tok):
     s = session(hello, smollm2_vocab)
-    before = s.banned_ids()
+    before = s.mask_ids()
     escalate_hello(s, tok)
     s.accept(tok(" oh"))  # position 2: no position bans, the always-banned ids only
-    standing = s.banned_ids()
-    assert standing is not before and standing is s.banned_ids() is s.always_banned
+    standing = s.mask_ids()
+    assert standing is not before and standing is s.mask_ids() is s.always_banned
     assert set(before.tolist()) < set(standing.tolist()) and standing.dtype == np.int64
     assert np.all(standing[1:] > standing[:-1])
 

@@ -53,27 +53,27 @@ def test_a_token_completing_a_term_rolls_back_to_where_the_term_began_and_bans_i
     assert step.events == (Rollback(position=1, list_name="greetings", tokens_discarded=1, escalated=True,
                                     term="hello", fragment=" hello world", offset=3, attempt=1),)
     assert s.position == 1 and s.token_ids == (tok(" hi"),)
-    assert tok(" hello") in s.banned_ids()
+    assert tok(" hello") in s.mask_ids()
 
 
 def test_bans_hold_for_their_position_only(hello, smollm2_vocab, tok):
     s = session(hello, smollm2_vocab, evasion_guard="off")  # escalated, "hello" is masked at every later position
     s.accept(tok(" hello"))
     s.accept(tok("!"))  # rolled back to 0, " hello" banned there
-    assert tok(" hello") in s.banned_ids()
+    assert tok(" hello") in s.mask_ids()
     assert s.accept(tok(" hi")).kind == KEEP
-    assert tok(" hello") not in s.banned_ids()  # position 1: a different prefix
+    assert tok(" hello") not in s.mask_ids()  # position 1: a different prefix
 
 
-def test_banned_ids_is_the_same_array_until_the_bans_in_force_change(hello, smollm2_vocab, tok):
+def test_mask_ids_is_the_same_array_until_the_bans_in_force_change(hello, smollm2_vocab, tok):
     s = session(hello, smollm2_vocab)
-    first = s.banned_ids()
+    first = s.mask_ids()
     s.accept(tok(" hi"))
-    assert s.banned_ids() is first  # no bans anywhere: always-banned ids only
+    assert s.mask_ids() is first  # no bans anywhere: always-banned ids only
     s.accept(tok(" hello"))
     s.accept(tok("."))  # back to 1, " hello" banned there
-    banned = s.banned_ids()
-    assert banned is not first and banned is s.banned_ids()
+    banned = s.mask_ids()
+    assert banned is not first and banned is s.mask_ids()
     assert set(first.tolist()) < set(banned.tolist())
     assert banned.dtype == np.int64
 
@@ -161,7 +161,7 @@ def test_finishing_cuts_a_word_term_that_the_end_would_complete(hello, smollm2_v
 def test_unguarded_session_releases_every_token_at_once(smollm2_vocab, tok):
     s = session(None, smollm2_vocab, num_logits=len(smollm2_vocab) + 3)
     assert s.accept(tok(" hello")).events == (TextDelta(" hello"),)
-    assert s.banned_ids().tolist() == [len(smollm2_vocab) + i for i in range(3)]  # padded logits rows
+    assert s.mask_ids().tolist() == [len(smollm2_vocab) + i for i in range(3)]  # padded logits rows
     assert s.frontier == 1
 
 
@@ -230,7 +230,7 @@ def test_bad_arguments_are_rejected_by_name(smollm2_vocab, field, value):
 def test_substring_terms_inside_one_token_are_always_banned(smollm2_vocab, tok):
     artefact = compile_artefact(smollm2_vocab, [wordlist_from_terms([Term("ell", MatchMode.SUBSTRING)])])
     s = GuardSession(artefact, smollm2_vocab)
-    assert tok(" hello") in s.always_banned and tok(" hello") in s.banned_ids()
+    assert tok(" hello") in s.always_banned and tok(" hello") in s.mask_ids()
 
 
 def test_finish_reports_the_guards_time_per_step_measured_on_one_step_in_sixteen(hello, smollm2_vocab, tok,

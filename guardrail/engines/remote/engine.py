@@ -6,14 +6,14 @@ leaves (hold-back as on the other engines). The upstream cannot crop a running r
 resubmission, as on the in-process vLLM engine (docs/design.md, "Engines and scale")::
 
     continuation:   POST /v1/completions {prompt: prompt + kept, stream, return_token_ids,
-                                          logit_bias: standing ids -> -100, max_tokens: room}
+                                          logit_bias: always-banned ids -> -100, max_tokens: room}
       each token -> judge (guardrail.guard.verdict): keep (release text) | rollback | finish
     on a rollback:  close the stream (the upstream aborts the request), then
-                    POST {prompt: prompt + kept, logit_bias: standing + the position's bans -> -100,
+                    POST {prompt: prompt + kept, logit_bias: always-banned + the position's bans -> -100,
                           max_tokens: 1}               -- the re-pick at the rollback position
                     and a continuation from there on;
                     or, when the upstream runs guardrail's vLLM logits processor (found at start-up), one
-                    POST {prompt: prompt + kept, vllm_xargs: {guardrail: standing ids everywhere, the
+                    POST {prompt: prompt + kept, vllm_xargs: {guardrail: always-banned ids everywhere, the
                           position's bans at its first position}, max_tokens: room} -- re-pick and continue.
 
 The resubmitted prompt is the aborted request's prefix: an upstream with prefix caching serves it from the KV
@@ -244,23 +244,23 @@ class RemoteEngine:
                 yield from self._finish(session, "length", counters)
                 return
             assert self.api is not None and self.info is not None, "start() checks the upstream first"
-            standing = frozenset(int(t) for t in session.always_banned)
-            repick = frozenset(int(t) for t in session.bans.banned(position))
+            always_banned = frozenset(int(t) for t in session.always_banned)
+            position_bans = frozenset(int(t) for t in session.bans.banned(position))
             # A re-pick: the position's bans hold for its first token only. An API that cannot ban one position
             # gets a request of one token under them, then a plain continuation. So does an answer whose exact
             # masks did not hold once (a replica behind a router without guardrail's logits processor).
             in_request = self.api.repick_in_request and not counters.banned_returned
-            single = bool(repick) and not in_request
+            single = bool(position_bans) and not in_request
             recover, counters.recover = counters.recover, False
             body = self.api.body(Submission(
                 self.info.model, prompt + list(session.token_ids), params,
-                1 if single else min(room, RECOVERY_TOKENS) if recover else room, standing, position,
-                counters.requests, params.end_ids(self.eos_ids), whole=single or recover, repick=repick,
+                1 if single else min(room, RECOVERY_TOKENS) if recover else room, always_banned, position,
+                counters.requests, params.end_ids(self.eos_ids), whole=single or recover, position_bans=position_bans,
                 in_request=in_request))
             counters.requests += 1
-            counters.resubmissions += bool(repick)
-            reason = yield from self._request(body, single, session, verdicts, standing, repick, cancel, counters,
-                                              params)
+            counters.resubmissions += bool(position_bans)
+            reason = yield from self._request(body, single, session, verdicts, always_banned, position_bans, cancel,
+                                              counters, params)
             yield from verdicts.drain()  # a rollback's or a verdict finish's events: the stream is closed now
             if reason is not None:
                 yield from self._finish(session, reason, counters)
@@ -269,13 +269,13 @@ class RemoteEngine:
                 return
 
     def _request(self, body: dict[str, Any], single: bool, session: GuardSession, verdicts: _Verdicts,
-                 standing: frozenset[int], repick: frozenset[int], cancel: threading.Event, counters: _Counters,
-                 params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
+                 always_banned: frozenset[int], position_bans: frozenset[int], cancel: threading.Event,
+                 counters: _Counters, params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
         """Stream one upstream request through the session (:func:`~guardrail.guard.verdict.judge`). Returns
         (as the generator's value) the reason of a finish the engine decides itself (cancel, timeout, the
         banned-token budget), or ``None``: the next request (a rollback, a re-pick done, the upstream's
         length, ids held back) or, when ``session.finished``, the end (a verdict finish; its events wait in
-        ``verdicts``). ``standing`` ids are banned at every position, ``repick`` at the request's first."""
+        ``verdicts``). ``always_banned`` ids are banned at every position, ``position_bans`` at the request's first."""
         assert self.api is not None, "start() checks the upstream first"
         received = 0
         upstream_reason = None
@@ -288,7 +288,7 @@ class RemoteEngine:
                     for token in piece.token_ids:
                         received += 1
                         token = int(token)
-                        if (token in standing or (received == 1 and token in repick)
+                        if (token in always_banned or (received == 1 and token in position_bans)
                                 or not 0 <= token < self.num_logits):
                             return self._banned_returned(session, counters, params)  # closes the stream
                         if judge(session, token, verdicts) != KEEP:

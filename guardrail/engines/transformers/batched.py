@@ -18,7 +18,9 @@ event and kept logits), unchanged: the row drives :meth:`Generation.steps` and r
 2. lets every running row pick from its kept logits until it keeps a token (rollbacks re-pick from the
    kept logits of their target: no forward pass; the row's cache columns past it become holes,
    :meth:`BatchKVCache.rollback_to`) or finishes (the row leaves the batch);
-3. runs ONE forward pass over the batch with the kept token of every running row.
+3. runs ONE forward pass over the batch with the kept token of every running row, and masks the guard's ids
+   of every row's next position in ONE write (:class:`~guardrail.engines.transformers.sampling.BatchBanMask`,
+   the batch-level guard step of :mod:`guardrail.guard.batch`).
 
 Events come out per request (``(request, event)`` pairs), the same TextDelta / Rollback / Finish sequence the
 single-stream decoder yields for that request: greedy rows give the same tokens (tested,
@@ -68,6 +70,7 @@ from guardrail.engines.transformers.prefix_cache import (
     CachedPrefix,
     PrefixCache,
 )
+from guardrail.engines.transformers.sampling import BatchBanMask
 from guardrail.guard.events import Event, Finish, TextDelta, Usage
 from guardrail.matching.combined import ArtefactLike
 from guardrail.params import SamplingParams
@@ -213,6 +216,7 @@ class BatchedDecoder:
         self.prefill_passes = 0
         self.on_step = on_step
         self.forward_passes = 0
+        self._mask = BatchBanMask()
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
         self._lock = threading.RLock()  # stream() submits while holding it
         self._waiting: collections.deque[_BatchRow | tuple[Request, Iterator[Event]]] = collections.deque()
@@ -322,6 +326,7 @@ class BatchedDecoder:
         spans = [span[:1 + width] for span in spans]
         if width == 0:
             logits = cache.forward([span[0] for span in spans])
+            self._mask.apply(logits, [row.generation for row in rows])  # the batch's guard masks: one write
             outs = [logits[index:index + 1].clone() for index in range(len(rows))]  # kept logits outlive the step
         else:
             outs = cache.forward_spans(spans)

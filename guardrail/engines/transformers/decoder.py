@@ -6,7 +6,7 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
 
     logits of position p (kept from the forward pass that produced them)
       -> processors (logit_bias, repetition penalty, bad words, suppress)       sampling.build_processors
-      -> session.banned_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
+      -> session.mask_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
       -> the JSON grammar after the kept tokens (response_format only)      -inf, in place (guardrail.grammar)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
@@ -53,7 +53,13 @@ from guardrail.engines.drafting import (
     draft_width,
 )
 from guardrail.engines.transformers.kv_cache import KVCache, has_sliding_layers
-from guardrail.engines.transformers.sampling import BanMask, TokenPicker, build_processors, build_warpers
+from guardrail.engines.transformers.sampling import (
+    BanMask,
+    BatchBanMask,
+    TokenPicker,
+    build_processors,
+    build_warpers,
+)
 from guardrail.grammar.matcher import GrammarState
 from guardrail.guard.events import Event, FinishReason
 from guardrail.guard.logprobs import PickLogprobs
@@ -231,6 +237,9 @@ class Generation(VerdictHandler):
         self.warpers = build_warpers(params, decoder.vocab_size)
         self.picker = TokenPicker(params)
         self.mask = BanMask()
+        #: ``(position, ids)``: the engine masked the logits of ``position`` with ``ids`` before handing them over
+        #: (:class:`~guardrail.engines.transformers.sampling.BatchBanMask`); the pick skips that write.
+        self.premasked: tuple[int, object] | None = None
         self.kv: DecodeKV | None = None
         self.input_ids = None
         if self.processors or self.warpers:
@@ -262,11 +271,12 @@ class Generation(VerdictHandler):
         :class:`Feed` run at once."""
         started = time.perf_counter()
         kv = KVCache(self.decoder.model, self.decoder.record_past)
-        steps = self.steps(kv, kv.forward(self.prompt), started)
+        mask = BatchBanMask()  # a batch of one: row 0 of each pass is the next position's logits
+        steps = self.steps(kv, mask.apply(kv.forward(self.prompt), [self]), started)
         item = next(steps, None)
         while item is not None:
             if isinstance(item, Feed):
-                item = steps.send(kv.forward_all(item.tokens))
+                item = steps.send(mask.apply(kv.forward_all(item.tokens), [self]))
             else:
                 yield item
                 item = next(steps, None)
@@ -455,7 +465,10 @@ class Generation(VerdictHandler):
         # In place is safe even on the kept raw logits: the always-banned mask is idempotent, and the bans
         # of a position only grow while its logits are valid (a rollback to an earlier position discards
         # both). The processors above never modify their input.
-        self.mask.apply(scores, self.session.banned_ids())
+        ids = self.session.mask_ids()
+        premasked = self.premasked
+        if premasked is None or premasked[0] != position or premasked[1] is not ids:
+            self.mask.apply(scores, ids)
         if self.grammar is not None:  # the same in-place argument: fixed while the logits of `position` are kept
             self.grammar.apply(scores, self.session.token_ids)
         if self.warpers:

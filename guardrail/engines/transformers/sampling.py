@@ -17,7 +17,7 @@ The decoder applies, per step and in ``generate``'s order (transformers 5.23
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 import torch
@@ -37,6 +37,7 @@ from transformers.generation.logits_process import (
 )
 
 from guardrail.engines.transformers.watermark import watermark_processor
+from guardrail.guard.batch import BatchGuard, SessionRow
 from guardrail.params import MAX_PENALTY, SamplingParams, is_int, is_number
 
 
@@ -186,7 +187,7 @@ class BanMask:
     """Sets banned ids to ``-inf`` in a scores row, with the index tensor rebuilt only when the ids change.
 
     The guard session returns the same ``int64`` array object while the bans in force do not change
-    (:meth:`~guardrail.guard.session.GuardSession.banned_ids`), so the tensor is cached by identity:
+    (:meth:`~guardrail.guard.session.GuardSession.mask_ids`), so the tensor is cached by identity:
     ``torch.from_numpy`` (no copy) runs once per change, not once per step.
     """
 
@@ -194,12 +195,52 @@ class BanMask:
         self._ids: object = None
         self._index: torch.Tensor | None = None
 
-    def apply(self, scores: torch.Tensor, banned_ids) -> torch.Tensor:
-        """Mask ``scores`` (``(rows, vocab)`` float) in place at ``banned_ids`` (``int64 (k,)`` numpy array)
+    def apply(self, scores: torch.Tensor, mask_ids) -> torch.Tensor:
+        """Mask ``scores`` (``(rows, vocab)`` float) in place at ``mask_ids`` (``int64 (k,)`` numpy array)
         in every row; returns ``scores``."""
-        if banned_ids is not self._ids:
-            self._ids = banned_ids
-            self._index = torch.from_numpy(banned_ids) if len(banned_ids) else None
+        if mask_ids is not self._ids:
+            self._ids = mask_ids
+            self._index = torch.from_numpy(mask_ids) if len(mask_ids) else None
         if self._index is not None:
             scores.index_fill_(1, self._index, -math.inf)
         return scores
+
+
+class BatchBanMask:
+    """Masks a batch's fresh logits in one write: the embedded engines' side of the batch-level guard step
+    (:class:`~guardrail.guard.batch.BatchGuard`, one :class:`~guardrail.guard.batch.SessionRow` per generation).
+
+    After a forward pass, the logits of each row's next position get its session's ``mask_ids()`` (the
+    always-banned ids; a fresh position has no bans yet), and the row is told (:attr:`Generation.premasked`),
+    so that its pick does not mask them again. Rows that report logprobs are left out: their raw logprobs are
+    taken before any mask. The index tensors are rebuilt only when a row's mask or the rows changed.
+    """
+
+    def __init__(self) -> None:
+        self._guard = BatchGuard()
+        self._members: list = []  # the generations the guard's rows were laid out for, in batch order
+        self._version = -1
+        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @torch.inference_mode()  # the kept logits are inference tensors: written in place in this mode only
+    def apply(self, logits: torch.Tensor, generations: Sequence) -> torch.Tensor:
+        """Mask ``logits`` (``(rows, vocab)`` float, row ``i`` the next position of ``generations[i]``, a
+        :class:`~guardrail.engines.transformers.decoder.Generation`) in place; returns ``logits``."""
+        members = self._members
+        if len(members) != len(generations) or any(a is not b for a, b in zip(members, generations)):
+            guard = self._guard = BatchGuard()
+            for index, generation in enumerate(generations):
+                if generation.raw_logprobs is None:
+                    guard.add(index, SessionRow(generation.session))
+            self._members = list(generations)
+        guard = self._guard
+        rows, cols, version = guard.step()
+        if len(rows):
+            if version != self._version:
+                self._version, self._index = version, (torch.from_numpy(rows), torch.from_numpy(cols))
+            assert self._index is not None
+            logits[self._index] = -math.inf
+        for index in guard:
+            generation = generations[index]
+            generation.premasked = (generation.session.position, guard[index].state_ids)
+        return logits

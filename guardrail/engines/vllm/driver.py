@@ -80,7 +80,7 @@ class _Job:
         self.params = params
         self.session = session
         self.guard = guard
-        # session.always_banned that guard.banned_ids holds (the artefact's at first; escalations add theirs).
+        # session.always_banned that guard.always_banned holds (the artefact's at first; escalations add theirs).
         self.always_banned = session.always_banned
         self.cancel = cancel
         self.closed = threading.Event()  # the caller stopped reading
@@ -236,7 +236,7 @@ class VLLMDriver:
         elif wordlists or banned_terms:
             raise ValueError("pass either artefact or wordlists/banned_terms, not both")
         # The engine masks the artefact's always-banned ids and the position bans; the session catches hits.
-        guard = GuardArgs(banned_ids=tuple(int(t) for t in artefact.always_banned), mask="bans") \
+        guard = GuardArgs(always_banned=tuple(int(t) for t in artefact.always_banned), mask="bans") \
             if artefact is not None else None
         session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
                                            num_logits=self.num_logits, prompt_tokens=len(prompt))
@@ -342,7 +342,7 @@ class VLLMDriver:
             always_banned = session.always_banned
             if always_banned is not job.always_banned:  # an escalated term (evasion guard) started or was dropped
                 job.always_banned = always_banned
-                job.guard = replace(job.guard, banned_ids=tuple(int(t) for t in always_banned))
+                job.guard = replace(job.guard, always_banned=tuple(int(t) for t in always_banned))
             guard = replace(job.guard, bans={0: tuple(sorted(bans))} if bans else {}, resume_tokens=position)
             extra_args = guard.to_extra_args()
         seed = params.seed if params.seed is None or not job.submissions else params.seed + job.submissions

@@ -5,6 +5,9 @@ pass, :meth:`~GuardLogitsProcessor.update_state` (requests joined, left or moved
 :meth:`~GuardLogitsProcessor.apply` on the ``(num_requests, vocab_size)`` logits. Only requests whose
 ``SamplingParams.extra_args`` carry a ``"guardrail"`` entry have state here; with none in the batch,
 ``apply`` returns the logits untouched, so an engine with the plugin installed but unused pays nothing.
+The guarded requests are the rows of one :class:`~guardrail.guard.batch.BatchGuard`: ``apply`` advances them
+all by the ids vLLM appended and masks the whole batch in one index write (tens of microseconds per step at
+256 rows on the host, ``bench/batch_guard.py``; the index tensors are rebuilt only when a row's mask changed).
 
 Per-request arguments (``extra_args={"guardrail": {...}}``; on vLLM's HTTP server ``vllm_xargs``, whose values
 are scalars or lists, so there the object is sent JSON-encoded: ``"vllm_xargs": {"guardrail": "{...}"}``)::
@@ -13,21 +16,22 @@ are scalars or lists, so there the object is sent JSON-encoded: ``"vllm_xargs": 
     banned_terms   extra terms (a list named "request")                         default []
     bans           {"<position>": [token ids]}: position bans, counted from     default {}
                    the request's first generated token
-    banned_ids     [token ids] masked at every position                         default []
+    always_banned  [token ids] masked at every position (its former name,      default []
+                   ``banned_ids``, is still read)
     resume_tokens  the last N prompt tokens are already completion text: the   default 0
                    matcher starts after them (a resubmission after a rollback)
     mask           "completing" (mask-only guard, the default) or "bans" (only
-                   the lists' always-banned ids, ``banned_ids`` and ``bans``: the
+                   the lists' always-banned ids, ``always_banned`` and ``bans``: the
                    rollback driver, :mod:`guardrail.engines.vllm.driver`, catches
                    hits itself and passes its artefact's always-banned ids here)
 
 What it guarantees (``mask="completing"``): at every step the ids that would complete a banned term from
-the request's current matcher state are masked (:meth:`MaskSession.mask_ids`, the mask primitive), and
-EOS too when ending the text there would complete a ``word`` term. That stops every term that a single
+the request's current matcher state are masked (the mask primitive: what :meth:`MaskSession.mask_ids` masks),
+and EOS too when ending the text there would complete a ``word`` term. That stops every term that a single
 token completes, in any tokenization — but it cannot take back text: a term whose beginning is already out
 is steered around, not removed (the model may glue or misspell it, "sorryfor"), a text cut by
 ``max_tokens`` may end on a pending ``word`` term, and a row whose every candidate is masked still yields
-a token. Such after-the-fact matches are counted in the session (``MaskSession.missed``). The full
+a token. Such after-the-fact matches are recorded in the row (``MaskRow.missed``). The full
 guarantee (no term in any chunk, rollback to the term's start) needs the driver.
 
 Registered under the entry-point group ``vllm.logits_processors`` (pyproject.toml), which vLLM loads into
@@ -47,11 +51,10 @@ import numpy as np
 import torch
 from cachetools import LRUCache
 from vllm import SamplingParams
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from guardrail.guard.session import MaskSession
-from guardrail.matching.artefact import Artefact
+from guardrail.guard.batch import BatchGuard, MaskRow, MaskTable, always_banned_ids
+from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 
 if TYPE_CHECKING:
@@ -65,10 +68,15 @@ __all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", 
 EXTRA_ARGS_KEY = "guardrail"
 MaskMode = Literal["completing", "bans"]
 _MASK_MODES = ("completing", "bans")
-_FIELDS = ("wordlists", "banned_terms", "bans", "banned_ids", "resume_tokens", "mask")
+_FIELDS = ("wordlists", "banned_terms", "bans", "always_banned", "resume_tokens", "mask")
+#: The former name of ``always_banned`` (it also named a session's whole mask then: docs/design.md, glossary),
+#: still read so that a gateway of the previous release keeps working against this processor.
+_DEPRECATED_FIELDS = {"banned_ids": "always_banned"}
 #: Compiled artefacts kept per processor (one per distinct list selection; a compile costs ~1 s on CPU).
 ARTEFACT_LIMIT = 32
-_NO_IDS = np.zeros(0, dtype=np.int64)
+#: Always-banned arrays kept per processor (one per artefact and request ids: rows that share one share its
+#: layout in the batch's index).
+ALWAYS_BANNED_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class GuardArgs:
     bans: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     resume_tokens: int = 0
     mask: MaskMode = "completing"
-    banned_ids: tuple[int, ...] = ()
+    always_banned: tuple[int, ...] = ()
 
     @property
     def guards_terms(self) -> bool:
@@ -100,7 +108,7 @@ class GuardArgs:
         return {
             "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
             "bans": {str(p): list(ids) for p, ids in self.bans.items()},
-            "banned_ids": list(self.banned_ids), "resume_tokens": self.resume_tokens, "mask": self.mask,
+            "always_banned": list(self.always_banned), "resume_tokens": self.resume_tokens, "mask": self.mask,
         }
 
 
@@ -149,7 +157,12 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
             raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] is a string but not JSON ({exc})") from None
     if not isinstance(raw, Mapping):
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(_FIELDS))
+    for old, new in _DEPRECATED_FIELDS.items():
+        if old in raw:
+            if new in raw:
+                raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: {old!r} is the former name of {new!r}; give one")
+            raw = {**{k: v for k, v in raw.items() if k != old}, new: raw[old]}
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_DEPRECATED_FIELDS))
     if unknown:
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: unknown field(s) {unknown}; accepted: {list(_FIELDS)}")
     wordlists = _strings("wordlists", raw.get("wordlists", ()))
@@ -158,9 +171,9 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     if not isinstance(bans_raw, Mapping):
         raise ValueError(f"{_field('bans')} must be an object {{position: [token ids]}}, got {type(bans_raw).__name__}")
     bans: dict[int, tuple[int, ...]] = {}
-    banned_ids = raw.get("banned_ids", ())
-    if not _token_ids(banned_ids):
-        raise ValueError(f"{_field('banned_ids')} must be a list of token ids >= 0, got {banned_ids!r}")
+    always_banned = raw.get("always_banned", ())
+    if not _token_ids(always_banned):
+        raise ValueError(f"{_field('always_banned')} must be a list of token ids >= 0, got {always_banned!r}")
     for key, ids in bans_raw.items():
         try:
             position = int(key)
@@ -178,7 +191,7 @@ def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | Non
     from guardrail.wordlists.selection import select_wordlists
 
     select_wordlists(wordlists, terms)  # unknown list names and invalid terms raise here, named
-    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(banned_ids))
+    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(always_banned))
 
 
 def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
@@ -202,45 +215,6 @@ def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
     return vocab, frozenset(vocab.eos_ids | eos_ids)
 
 
-class _Row:
-    """The guard state of one request in the batch.
-
-    ``output_ids`` is vLLM's live list of the request's generated ids (it grows by one per step), so the
-    session is advanced lazily, in :meth:`mask`, by the ids it has not seen.
-    """
-
-    __slots__ = ("output_ids", "session", "pushed", "always", "bans")
-
-    def __init__(self, output_ids: list[int], session: MaskSession | None, always: np.ndarray,
-                 bans: dict[int, np.ndarray]):
-        self.output_ids = output_ids
-        self.session = session
-        self.pushed = 0
-        self.always = always
-        self.bans = bans
-
-    def mask(self) -> np.ndarray:
-        """``int64 (k,)`` ids to mask at the request's next position."""
-        output = self.output_ids
-        position = len(output)
-        # Async scheduling writes -1 placeholders for ids still on the device; vLLM fills them in before
-        # logits processors run, but stop at one rather than push it.
-        while position and output[position - 1] == -1:
-            position -= 1
-        session = self.session
-        if session is not None:
-            for token in output[self.pushed:position]:
-                session.advance(token)
-            self.pushed = position
-            ids = session.mask_ids()
-            if len(self.always):  # the request's banned_ids
-                ids = np.union1d(ids, self.always)
-        else:
-            ids = self.always
-        extra = self.bans.get(position)
-        return ids if extra is None else np.union1d(ids, extra)
-
-
 class GuardLogitsProcessor(LogitsProcessor):
     """vLLM v1 logits processor masking, per guarded request, what its guard session says.
 
@@ -260,14 +234,15 @@ class GuardLogitsProcessor(LogitsProcessor):
         self._num_logits = model_config.get_vocab_size()
         self._device = device
         self._pin = is_pin_memory and device.type != "cpu"
-        self._rows: dict[int, _Row] = {}
-        self._index_key: list[tuple[int, int]] = []  # (row, id(mask array)) the cached index was built from
+        self._batch = BatchGuard()
+        self._version = -1  # of the MaskIndex the cached index tensors were built from
         self._index: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._index_arrays: list = []  # keeps those arrays alive, so that their ids stay theirs
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
-        # guarded by _lock
-        self._artefacts: LRUCache[tuple[tuple[str, ...], tuple[str, ...]], Artefact] = LRUCache(ARTEFACT_LIMIT)
+        # guarded by _lock; a MaskTable holds its artefact
+        self._tables: LRUCache[tuple[tuple[str, ...], tuple[str, ...]], MaskTable] = LRUCache(ARTEFACT_LIMIT)
+        self._always: LRUCache[tuple[int, tuple[int, ...]], tuple[ArtefactLike | None, np.ndarray]] = LRUCache(
+            ALWAYS_BANNED_LIMIT)
         self._cache: ArtefactCache | None = None
         self._lock = threading.Lock()
 
@@ -286,11 +261,24 @@ class GuardLogitsProcessor(LogitsProcessor):
         return False
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        """Track guarded requests joining, leaving and moving within the persistent batch."""
-        process_dict_updates(self._rows, batch_update, self._new_row)
+        """Track guarded requests joining, leaving and moving within the persistent batch, in the order
+        vLLM documents: removes, then adds, then moves."""
+        if not batch_update:
+            return
+        batch = self._batch
+        for index in batch_update.removed:
+            batch.remove(index)
+        for index, params, prompt_ids, output_ids in batch_update.added:
+            row = self._new_row(params, prompt_ids, output_ids)
+            if row is None:
+                batch.remove(index)  # an unguarded request took the place of a guarded one
+            else:
+                batch.add(index, row)
+        for source, target, direction in batch_update.moved:
+            batch.move(source, target, swap=direction == MoveDirectionality.SWAP)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mask each guarded row's ids in place.
+        """Mask every guarded row's ids in place, in one write (:meth:`BatchGuard.step`).
 
         Args:
             logits: ``float (num_requests, vocab_size)``, one row per request in batch order.
@@ -298,68 +286,68 @@ class GuardLogitsProcessor(LogitsProcessor):
         Returns:
             ``logits`` itself: untouched when no request in the batch is guarded.
         """
-        if not self._rows:
+        batch = self._batch
+        if not len(batch):
             return logits
-        masks = [(index, ids) for index, ids in ((i, row.mask()) for i, row in self._rows.items()) if len(ids)]
-        if not masks:
+        rows, cols, version = batch.step()
+        if not len(rows):
             return logits
-        # Rows masked with the same arrays as last step (a driver's request between bans: its always-banned
-        # ids) reuse the index tensors built then.
-        key = [(index, id(ids)) for index, ids in masks]
-        if key != self._index_key:
-            row_index = torch.from_numpy(np.concatenate([np.full(len(ids), index, dtype=np.int64)
-                                                         for index, ids in masks]))
-            col_index = torch.from_numpy(np.concatenate([ids for _, ids in masks]))
+        if version != self._version:  # the same index as last step keeps its tensors (on the device too)
+            row_index, col_index = torch.from_numpy(rows), torch.from_numpy(cols)
             if self._device.type != "cpu":
-                row_index = row_index.pin_memory() if self._pin else row_index
-                col_index = col_index.pin_memory() if self._pin else col_index
+                if self._pin:
+                    row_index, col_index = row_index.pin_memory(), col_index.pin_memory()
                 row_index = row_index.to(self._device, non_blocking=True)
                 col_index = col_index.to(self._device, non_blocking=True)
-            self._index_key, self._index, self._index_arrays = key, (row_index, col_index), masks
+            self._version, self._index = version, (row_index, col_index)
         logits[self._index] = -math.inf
         return logits
 
     # -- per-request state ----------------------------------------------------------------------------------
-    def _new_row(self, params: SamplingParams, prompt_ids: list[int] | None, output_ids: list[int]) -> _Row | None:
+    def _new_row(self, params: SamplingParams, prompt_ids: list[int] | None, output_ids: list[int]) -> MaskRow | None:
         args = parse_guard_args(params.extra_args)
         if args is None:
             return None
-        vocab = self._load_vocab()
-        bans = {p: np.array(sorted(ids), dtype=np.int64) for p, ids in args.bans.items() if ids}
-        artefact = self._artefact(args) if args.guards_terms else None
-        session = None
-        always = _NO_IDS
-        if artefact is not None and args.mask == "completing":
-            session = MaskSession(artefact, vocab, eos_ids=self._eos_ids, num_logits=self._num_logits)
-            resumed = (prompt_ids or [])[len(prompt_ids or []) - args.resume_tokens:] if args.resume_tokens else []
-            for token in resumed:
-                session.advance(token)
-        elif artefact is not None:
-            always = artefact.always_banned
-        if args.banned_ids:
-            always = np.union1d(always, np.array(args.banned_ids, dtype=np.int64))
-        if session is None and self._num_logits > len(vocab):  # padded logits rows carry no text
-            always = np.union1d(always, np.arange(len(vocab), self._num_logits, dtype=np.int64))
-        return _Row(output_ids, session, always, bans)
+        bans = {p: np.array(sorted(set(ids)), dtype=np.int64) for p, ids in args.bans.items() if ids}
+        table = self._table(args) if args.guards_terms else None
+        artefact = table.artefact if table is not None else None
+        always = self._always_banned(artefact, args.always_banned)
+        if table is None or args.mask != "completing":
+            return MaskRow(None, output_ids, always, bans=bans)
+        resumed = (prompt_ids or [])[len(prompt_ids or []) - args.resume_tokens:] if args.resume_tokens else []
+        return MaskRow(table, output_ids, always, bans=bans, prefix=resumed)
+
+    def _always_banned(self, artefact: ArtefactLike | None, extra: tuple[int, ...]) -> np.ndarray:
+        """The ids a row masks at every position: the artefact's always-banned ids, the padded logits ids and
+        the request's own; one shared array per (artefact, request ids)."""
+        key = (id(artefact), extra)
+        found = self._always.get(key)
+        if found is None or found[0] is not artefact:
+            vocab = self._load_vocab()
+            found = self._always[key] = (artefact, always_banned_ids(artefact, len(vocab), self._num_logits, extra))
+        return found[1]
 
     def _load_vocab(self) -> TokenVocab:
         if self._vocab is None:
             self._vocab, self._eos_ids = load_vocab(self._tokenizer_path)
         return self._vocab
 
-    def _artefact(self, args: GuardArgs) -> Artefact:
+    def _table(self, args: GuardArgs) -> MaskTable:
+        """The :class:`MaskTable` of the request's lists (compiled once per selection, kept in an LRU)."""
         key = (args.wordlists, tuple(sorted(set(args.banned_terms))))
         with self._lock:
-            found = self._artefacts.get(key)  # a hit becomes the most recently used
+            found = self._tables.get(key)  # a hit becomes the most recently used
             if found is not None:
                 return found
         from guardrail.matching.cache import ArtefactCache
         from guardrail.models import cache_dir
         from guardrail.wordlists.selection import select_wordlists
 
+        vocab = self._load_vocab()
         if self._cache is None:
             self._cache = ArtefactCache(cache_dir=cache_dir())
-        artefact, _ = self._cache.get(self._load_vocab(), select_wordlists(args.wordlists, args.banned_terms))
+        artefact, _ = self._cache.get(vocab, select_wordlists(args.wordlists, args.banned_terms))
+        table = MaskTable.of(artefact, self._eos_ids)
         with self._lock:
-            self._artefacts[key] = artefact
-        return artefact
+            self._tables[key] = table
+        return table

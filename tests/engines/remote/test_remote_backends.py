@@ -21,7 +21,7 @@ from guardrail.params import SamplingParams
 
 
 def submission(params: SamplingParams, **fields) -> Submission:
-    base = {"model": "m", "prompt": [1, 2, 3], "params": params, "max_tokens": 16, "banned": frozenset({7}),
+    base = {"model": "m", "prompt": [1, 2, 3], "params": params, "max_tokens": 16, "always_banned": frozenset({7}),
             "position": 0, "submissions": 0, "end_ids": frozenset({2})}
     return Submission(**{**base, **fields})
 
@@ -52,20 +52,20 @@ def test_vllm_bans_are_the_clamped_bias():
 
 
 def test_without_per_position_bans_a_repick_bans_its_ids_for_the_whole_request():
-    stock = api_named("vllm", "off").body(submission(SamplingParams(), repick=frozenset({5, 6})))
+    stock = api_named("vllm", "off").body(submission(SamplingParams(), position_bans=frozenset({5, 6})))
     assert stock["logit_bias"] == {"5": BAN_BIAS, "6": BAN_BIAS, "7": BAN_BIAS}
-    llamacpp = api_named("llamacpp").body(submission(SamplingParams(), repick=frozenset({5})))
+    llamacpp = api_named("llamacpp").body(submission(SamplingParams(), position_bans=frozenset({5})))
     assert llamacpp["logit_bias"] == [[5, False], [7, False]]
 
 
 def test_through_guardrails_logits_processor_bans_are_exact_masks_and_a_repick_holds_one_position():
     api = api_named("vllm")  # in_request: the engine's choice when check() found the processor (real: gateway/)
-    body = api.body(submission(SamplingParams(logit_bias={7: 5.0, 9: 1.5}), repick=frozenset({6, 5}), in_request=True))
+    body = api.body(submission(SamplingParams(logit_bias={7: 5.0, 9: 1.5}), position_bans=frozenset({6, 5}), in_request=True))
     guard = json.loads(body["vllm_xargs"]["guardrail"])  # vllm_xargs values are scalars: the object as JSON
-    assert guard == {"mask": "bans", "banned_ids": [7], "bans": {"0": [5, 6]}}
+    assert guard == {"mask": "bans", "always_banned": [7], "bans": {"0": [5, 6]}}
     assert body["logit_bias"] == {"7": 5.0, "9": 1.5}  # the client's; -inf masks outweigh any finite bias
     plain = api.body(submission(SamplingParams(), in_request=True))
-    assert json.loads(plain["vllm_xargs"]["guardrail"]) == {"mask": "bans", "banned_ids": [7]}
+    assert json.loads(plain["vllm_xargs"]["guardrail"]) == {"mask": "bans", "always_banned": [7]}
 
 
 def test_the_logits_processor_mode_is_checked():

@@ -39,7 +39,9 @@ def test_the_entry_point_names_the_processor():
     ({"bans": {"-1": [3]}}, "'bans'"),
     ({"bans": {"0": [3, -4]}}, "'bans'"),
     ({"bans": [[0, 3]]}, "'bans'"),
-    ({"banned_ids": [1, "2"]}, "'banned_ids'"),
+    ({"always_banned": [1, "2"]}, "'always_banned'"),
+    ({"banned_ids": [1, "2"]}, "'always_banned'"),  # the former name, read as the new one
+    ({"banned_ids": [1], "always_banned": [2]}, "former name"),
     ({"resume_tokens": -2}, "'resume_tokens'"),
     ({"resume_tokens": True}, "'resume_tokens'"),
     ({"mask": "everything"}, "'mask'"),
@@ -56,11 +58,61 @@ def test_requests_without_the_key_are_not_guarded():
 
 
 def test_guard_args_round_trip_through_extra_args():
-    args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans", banned_ids=(1, 2))
+    args = GuardArgs(("en",), ("sorry",), {0: (5, 7), 3: (9,)}, resume_tokens=4, mask="bans", always_banned=(1, 2))
     assert parse_guard_args(args.to_extra_args()) == args
     # vllm_xargs (vLLM's HTTP server) carries no nested objects: the entry travels JSON-encoded.
     xargs = args.to_vllm_xargs()
     assert isinstance(xargs["guardrail"], str) and parse_guard_args(xargs) == args
+
+
+def test_the_former_name_of_always_banned_is_still_read():
+    assert parse_guard_args({"guardrail": {"banned_ids": [3, 4]}}).always_banned == (3, 4)
+
+
+@pytest.mark.slow
+def test_the_processor_masks_each_request_as_its_session_would_through_joins_moves_and_leaves(driver, tok):
+    """The processor through vLLM's interface (``BatchUpdate``: removes, adds, moves; ``apply``) on the
+    running engine's config: each guarded row gets what a :class:`MaskSession` fed its ids masks, plus its
+    own ids and position bans; an unguarded row gets nothing."""
+    import torch
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from guardrail.guard.session import MaskSession
+    from guardrail.matching.compiler import compile_artefact
+    from guardrail.matching.vocab import TokenVocab
+
+    config = driver.engine.vllm_config
+    processor = GuardLogitsProcessor(config, torch.device("cpu"), is_pin_memory=False)
+    width = config.model_config.get_vocab_size()
+    outputs = [[], [], []]
+    guarded = SamplingParams(extra_args={"guardrail": {"banned_terms": ["hello"], "always_banned": [7]}})
+    bans = SamplingParams(extra_args={"guardrail": {"mask": "bans", "bans": {"1": [5, 6]}}})
+    processor.update_state(BatchUpdate(3, [], [(0, guarded, [1], outputs[0]), (1, SamplingParams(), [1], outputs[1]),
+                                              (2, bans, [1], outputs[2])], []))
+    vocab = processor._load_vocab()
+    assert isinstance(vocab, TokenVocab)
+    session = MaskSession(compile_artefact(vocab, [wordlist_from_terms(["hello"])]), vocab,
+                          eos_ids=processor._eos_ids, num_logits=width)
+
+    def masked(logits, row):
+        return set(torch.nonzero(logits[row] == -float("inf")).flatten().tolist())
+
+    for step, token in enumerate([tok(" hello"), tok(" there"), tok(" hello")]):
+        for out in outputs:
+            out.append(token)
+        session.advance(token)
+        logits = processor.apply(torch.zeros((3, width)))
+        assert masked(logits, 0) == set(session.mask_ids().tolist()) | {7}
+        assert masked(logits, 1) == set()
+        assert masked(logits, 2) == ({5, 6} if step == 0 else set())  # position 1 is after the first id
+    # Row 0 leaves, a new guarded request takes its index and swaps with row 2: each mask follows its request.
+    joined = [tok(" hello")]
+    processor.update_state(BatchUpdate(3, [0], [(0, guarded, [1], joined)], [(0, 2, MoveDirectionality.SWAP)]))
+    fresh = MaskSession(session.artefact, vocab, eos_ids=processor._eos_ids, num_logits=width)
+    fresh.advance(joined[0])
+    logits = processor.apply(torch.zeros((3, width)))
+    assert masked(logits, 2) == set(fresh.mask_ids().tolist()) | {7} and len(fresh.mask_ids()) > 1
+    assert masked(logits, 0) == set() and masked(logits, 1) == set()  # the bans request is past position 1
 
 
 @pytest.mark.slow

@@ -25,8 +25,8 @@ class Submission:
         prompt: the prompt's token ids followed by the kept completion tokens.
         params: the client's sampling parameters.
         max_tokens: tokens to decode at most.
-        banned: token ids the upstream must not decode at any position (the lists' always-banned ids).
-        repick: token ids it must not decode at the first position of this request: the bans a rollback left at
+        always_banned: token ids the upstream must not decode at any position (the lists' always-banned ids).
+        position_bans: token ids it must not decode at the first position of this request: the bans a rollback left at
             ``position``. Without ``in_request`` they come with ``max_tokens`` 1 and hold for the whole answer.
         in_request: ban per position, as exact masks (the API's :attr:`UpstreamAPI.repick_in_request`; the
             engine drops it for the rest of an answer once a banned id came back anyway).
@@ -41,18 +41,18 @@ class Submission:
     prompt: list[int]
     params: SamplingParams
     max_tokens: int
-    banned: frozenset[int]
+    always_banned: frozenset[int]
     position: int
     submissions: int
     end_ids: frozenset[int]
     whole: bool = False
-    repick: frozenset[int] = frozenset()
+    position_bans: frozenset[int] = frozenset()
     in_request: bool = False
 
     @property
     def banned_anywhere(self) -> frozenset[int]:
-        """``banned`` ∪ ``repick``: what an API without per-position bans bans for the whole request."""
-        return self.banned | self.repick if self.repick else self.banned
+        """``always_banned`` ∪ ``position_bans``: what an API without per-position bans bans for the whole request."""
+        return self.always_banned | self.position_bans if self.position_bans else self.always_banned
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class UpstreamAPI(Protocol):
     Attributes:
         name: its ``GUARDRAIL_UPSTREAM_API`` value.
         unsupported: :class:`SamplingParams` fields it cannot implement (refused with 400).
-        repick_in_request: whether a request can ban ids at its first position only (``Submission.repick``)
+        repick_in_request: whether a request can ban ids at its first position only (``Submission.position_bans``)
             and decode on: a rollback then costs one request instead of a ``max_tokens: 1`` re-pick and a
             continuation. Set by :meth:`check`.
     """

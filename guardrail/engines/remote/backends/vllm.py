@@ -8,7 +8,7 @@ Bans go one of two ways, chosen at start-up (``GUARDRAIL_UPSTREAM_LOGITS_PROCESS
   its own (``max_tokens: 1``) followed by a continuation.
 * guardrail's vLLM logits processor, when the upstream's environment has guardrail installed (vLLM loads its
   ``vllm.logits_processors`` entry point into every engine; docs/vllm.md): ``vllm_xargs`` carries exact masks,
-  the standing ids at every position and the re-pick's bans at the request's first position only, so a rollback
+  the always-banned ids at every position and the re-pick's bans at the request's first position only, so a rollback
   costs one request that re-picks and decodes on.
 """
 
@@ -146,11 +146,11 @@ class VLLMAPI:
         if bias:
             body["logit_bias"] = bias
         if submission.in_request:
-            # Exact masks: the standing ids at every position, the re-pick's bans at this request's first. A
+            # Exact masks: the always-banned ids at every position, the re-pick's bans at this request's first. A
             # client's bias cannot lift them: the processor sets -inf, which no finite bias moves.
-            guard: dict[str, Any] = {"mask": "bans", "banned_ids": sorted(submission.banned)}
-            if submission.repick:
-                guard["bans"] = {"0": sorted(submission.repick)}
+            guard: dict[str, Any] = {"mask": "bans", "always_banned": sorted(submission.always_banned)}
+            if submission.position_bans:
+                guard["bans"] = {"0": sorted(submission.position_bans)}
             body["vllm_xargs"] = {XARGS_KEY: json.dumps(guard, separators=(",", ":"))}
         if params.seed is not None:
             # Each request draws afresh: a repeated seed would re-draw the token the rollback rejected.
