@@ -32,6 +32,7 @@ from service.routes import (
     tenants,
     watermark,
 )
+from service.admin_throttle import AdminFailures
 from service.settings import Settings
 from service.tenants.access import Tenants
 
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None, model=settings.model)
+    app.state.admin_failures = AdminFailures(settings.admin_failures_per_minute)
     app.state.drain = Drain(settings.drain_timeout_s, app.state.metrics)  # run by guardrail serve on SIGTERM
     install_error_handlers(app)
     default_openapi = app.openapi
