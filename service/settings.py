@@ -215,6 +215,13 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds without a chunk after which a stream sends an SSE comment (': keep-alive'), "
         "so that idle proxies keep it open while the guard holds text back; 0 turns it off.")
 
+    # -- listening --------------------------------------------------------------------------------
+    admin_port: int | None = Field(
+        None, ge=1, le=65535, description="Serve /admin, /metrics and /console on this TCP port only (guardrail "
+        "serve binds it beside --port, on the same host); the main port then answers them 404. Unset = the main "
+        "port serves everything (make serve). The Helm chart sets it, so that its NetworkPolicy can admit the "
+        "admin port from labelled namespaces only.")
+
     # -- admin console ----------------------------------------------------------------------------
     console: bool = Field(
         True, description="Serve the admin console at /console (docs/console.md): pages that call this API with the "
