@@ -17,6 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 ADMIN_PREFIXES = ("/admin", "/metrics", "/console")
 #: Paths both ports answer (the kubelet probes whichever port it is given).
 PROBES = ("/healthz", "/readyz")
+#: The ASGI scope extension of a call made inside the process (the console calling the API for its page: the page
+#: itself came through the admin port), which no socket sets: such calls are let through on any path.
+IN_PROCESS = "guardrail.in_process"
 
 
 def is_admin_path(path: str) -> bool:
@@ -37,7 +40,7 @@ class AdminPortMiddleware:
         self.admin_port = admin_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and IN_PROCESS not in (scope.get("extensions") or {}):
             server = scope.get("server")
             on_admin_port = server is not None and server[1] == self.admin_port
             path = scope["path"]

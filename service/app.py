@@ -16,6 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 import guardrail
 from guardrail.params import DEFAULT_HASHING_KEY
+from service.admin_port import AdminPortMiddleware
+from service.admin_throttle import AdminFailures
 from service.drain import Drain
 from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
@@ -34,8 +36,6 @@ from service.routes import (
     tenants,
     watermark,
 )
-from service.admin_port import AdminPortMiddleware
-from service.admin_throttle import AdminFailures
 from service.settings import Settings
 from service.tenants.access import Tenants
 

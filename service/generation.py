@@ -36,8 +36,8 @@ from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
 from service import guard_events
 from service.errors import ApiError, documented_errors, error_body
-from service.request_lists import request_list, stored_lists
 from service.logs import capped_names
+from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
 from service.tenants.access import Caller
