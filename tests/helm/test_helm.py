@@ -264,8 +264,11 @@ def test_deployment_probes_allow_a_slow_model_load(default_manifests):
     # Model load takes 60-120 s on a small CPU: the startup budget must cover it with room to spare.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 150
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8000}
+    assert ports == {"http": 8000, "admin": 8001}
     assert container["command"][-1] == "8000"
+    # The probes stay on the main port, which answers /healthz and /readyz beside /v1.
+    assert {container[probe]["httpGet"]["port"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")} == {
+        "http"}
 
 
 def test_deployment_runs_non_root_on_a_read_only_root_filesystem(default_manifests):
@@ -898,7 +901,8 @@ def test_pdb_service_and_servicemonitor_select_the_guardrail_pods(production_man
     assert selects(service["spec"]["selector"], pod_labels) and not selects(service["spec"]["selector"], redis_labels)
     monitor = only(production_manifests, "ServiceMonitor")
     assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
-    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "admin"  # /metrics is served on the admin port
+    assert "admin" in [port["name"] for port in service["spec"]["ports"]]
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
