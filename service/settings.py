@@ -200,7 +200,9 @@ class Settings(BaseSettings):
         "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
         "obfuscation overrides it.")
     watermark_key: int = Field(
-        DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
+        DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection). The "
+        "default is transformers' public constant, with which anyone can detect and forge the watermark: the service "
+        "warns at start while it is in use; the Helm chart generates a random key at install."
     )
 
     # -- chat protocol ----------------------------------------------------------------------------
