@@ -192,7 +192,7 @@ def gateway(upstream: str, logits_processor: str, data_dir: Path) -> Iterator[st
     url = f"http://127.0.0.1:{port}"
     try:
         try:
-            wait_ready(process, lambda: httpx.get(url + "/readyz", timeout=2).json()["checks"]["engine"]["up"],
+            wait_ready(process, lambda: httpx.get(url + "/readyz", timeout=2).json()["status"] == "ready",
                        "the gateway")
         except SystemExit:
             yield None

@@ -65,7 +65,7 @@ TERM_POOL = ["the", "robot", "paint", "rain", "city", "wheel", "water", "cloud",
              "cook", "salt", "boots", "tent", "animal", "dog", "cat", "very", "beautiful", "because", "little"]
 MIX = {"stored": 4, "terms": 4, "cancel": 1, "bad": 1}
 MAX_TOKENS = 64
-ADMIN_TOKEN = "soak-admin-token"
+ADMIN_TOKEN = "soak-admin-token-0123456789abcdef-xyz"  # 32+ characters
 
 
 @dataclass

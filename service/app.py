@@ -7,6 +7,7 @@ stops them on shutdown.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +15,9 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 import guardrail
+from guardrail.params import DEFAULT_HASHING_KEY
+from service.admin_port import AdminPortMiddleware
+from service.admin_throttle import AdminFailures
 from service.drain import Drain
 from service.errors import install_error_handlers, openapi_with_400
 from service.logs import configure_logging
@@ -35,6 +39,8 @@ from service.routes import (
 from service.settings import Settings
 from service.tenants.access import Tenants
 
+log = logging.getLogger("guardrail.service")
+
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -46,6 +52,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     await run_in_threadpool(runtime.start)
     app.state.runtime = runtime
     app.state.tenants = Tenants(settings, runtime.store, lambda: runtime.catalog.healthy)
+    if settings.watermark_key == DEFAULT_HASHING_KEY:
+        log.warning("GUARDRAIL_WATERMARK_KEY is transformers' public default: anyone can detect, and forge, this "
+                    "server's watermark; set a secret integer (the Helm chart generates one at install)")
     try:
         yield
     finally:
@@ -67,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics(with_redis=settings.redis_url is not None, model=settings.model)
+    app.state.admin_failures = AdminFailures(settings.admin_failures_per_minute)
     app.state.drain = Drain(settings.drain_timeout_s, app.state.metrics)  # run by guardrail serve on SIGTERM
     install_error_handlers(app)
     default_openapi = app.openapi
@@ -87,6 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from service.console import PREFIX, build_console
 
         app.mount(PREFIX, build_console(app))
+    if settings.admin_port is not None:  # innermost: the access log and metrics see its 404s
+        app.add_middleware(AdminPortMiddleware, admin_port=settings.admin_port)
     # Added last = outermost: the body limit answers before anything reads the body.
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

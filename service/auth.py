@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
+from service.admin_throttle import AdminFailures
 from service.errors import ApiError
 
 _admin_bearer = HTTPBearer(auto_error=False, scheme_name="AdminToken", description="GUARDRAIL_ADMIN_TOKEN")
@@ -43,10 +44,16 @@ def require_admin(
     """FastAPI dependency of every /admin route; returns the caller's token id.
 
     Raises:
-        ApiError: 403 when the admin API is disabled (no ``GUARDRAIL_ADMIN_TOKEN``), 401 without a
-            bearer token, 403 with a wrong one.
+        ApiError: 429 with ``Retry-After`` while the client's address is throttled for failed attempts
+            (:mod:`service.admin_throttle`); 403 when the admin API is disabled (no ``GUARDRAIL_ADMIN_TOKEN``),
+            401 without a bearer token, 403 with a wrong one (counted as a failed attempt).
     """
     configured: SecretStr | None = request.app.state.settings.admin_token
+    address = _address(request)
+    wait = _failures(request).retry_after_s(address)
+    if wait is not None:
+        raise ApiError(429, f"Too many failed admin-token attempts from this address. Retry after {wait} s.",
+                       code="rate_limit_exceeded", headers={"Retry-After": str(wait)})
     if configured is None:
         raise ApiError(
             403,
@@ -58,8 +65,34 @@ def require_admin(
         raise ApiError(401, "Missing bearer token (Authorization: Bearer <admin token>).",
                        code="missing_token", headers=_CHALLENGE)
     if not matches_any(credentials.credentials, [configured]):
+        _failures(request).failed(address)
         raise ApiError(403, "Invalid admin token.", code="invalid_token")
     return token_id(credentials.credentials)
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carries the admin token as its bearer token (no error either way; a wrong token
+    counts as a failed attempt of its address, and a throttled address is never the admin)."""
+    configured: SecretStr | None = request.app.state.settings.admin_token
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if configured is None or scheme.lower() != "bearer" or not token:
+        return False
+    address = _address(request)
+    failures = _failures(request)
+    if failures.retry_after_s(address) is not None:
+        return False
+    if matches_any(token.strip(), [configured]):
+        return True
+    failures.failed(address)
+    return False
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
+
+
+def _failures(request: Request) -> AdminFailures:
+    return request.app.state.admin_failures
 
 
 def require_client(

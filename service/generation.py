@@ -36,6 +36,7 @@ from guardrail.prompts import prompt_ids
 from guardrail.wordlists.wordlist import with_obfuscation
 from service import guard_events
 from service.errors import ApiError, documented_errors, error_body
+from service.logs import capped_names
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
 from service.schemas.generation import GenerationFields
@@ -51,6 +52,7 @@ from service.worker import (
     NotAdmitting,
     QueueFull,
     ServerShuttingDown,
+    Slot,
 )
 
 log = logging.getLogger("guardrail.service")
@@ -313,9 +315,10 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
         raise ApiError(404, f"model {body.model!r} is not served here (GET /v1/models lists {runtime.model_id!r})",
                        param="model", code="model_not_found", type_="invalid_request_error")
     reject_unsupported(body)
-    ignored = body.ignored_fields()
-    if ignored:
-        log.info("ignored request fields", extra={**log_fields, "ignored_fields": ignored})
+    ignored, ignored_count = capped_names(body.ignored_fields())
+    if ignored_count:  # capped: a body of unknown keys must not make a log line of its size
+        log.info("ignored request fields", extra={**log_fields, "ignored_fields": ignored,
+                                                   "ignored_field_count": ignored_count})
     if body.n > settings.max_n:
         raise ApiError(400, f"n={body.n} exceeds this server's limit of {settings.max_n}", param="n",
                        code="invalid_value")
@@ -425,17 +428,30 @@ def _unavailable(runtime: Runtime) -> ApiError:
                     code="engine_unavailable", headers={"Retry-After": str(runtime.settings.retry_after_s)})
 
 
-def submit(runtime: Runtime, prepared: Prepared) -> Job:
-    """Queue the request.
+async def submit(runtime: Runtime, request: Request, prepared: Prepared) -> Job:
+    """Queue the request: take a place in the queue, then charge the caller's tokens per minute (so a full
+    queue spends none), then fill the place.
 
     Raises:
         ApiError: 503 with ``Retry-After`` while the process drains, or while the engine reports itself down (a
-            remote upstream that does not answer); 429 with ``Retry-After`` when the queue is full.
+            remote upstream that does not answer); 429 with ``Retry-After`` when the queue is full or over the
+            caller's tokens per minute; 400 naming ``max_tokens`` when the request alone exceeds them.
     """
     if not runtime.engine.health().ok:
         raise _unavailable(runtime)
+    slot = _reserve(runtime)
     try:
-        return runtime.worker.submit(prepared.generation, runtime.settings.request_timeout_s)
+        if prepared.caller is not None:  # a Redis round trip: off the event loop
+            await run_in_threadpool(request.app.state.tenants.admit_tokens, prepared.caller, prepared.tokens)
+    except BaseException:
+        runtime.worker.release(slot)
+        raise
+    return runtime.worker.enqueue(slot, prepared.generation, runtime.settings.request_timeout_s)
+
+
+def _reserve(runtime: Runtime) -> Slot:
+    try:
+        return runtime.worker.reserve()
     except QueueFull as exc:
         raise ApiError(429, "The server is busy: too many generations queued. Retry later.",
                        code="queue_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
@@ -495,9 +511,7 @@ async def respond(runtime: Runtime, request: Request, prepared: Prepared, shape:
     """
     started = getattr(request.state, "started_at", time.perf_counter())
     completion = ResponseIdentity.new(shape.id_prefix, runtime.model_id)
-    if prepared.caller is not None:  # a Redis round trip: off the event loop
-        await run_in_threadpool(request.app.state.tenants.admit_tokens, prepared.caller, prepared.tokens)
-    job = submit(runtime, prepared)
+    job = await submit(runtime, request, prepared)
     events = job.events()
     streaming = False
     try:

@@ -10,12 +10,35 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 # uvicorn adds "color_message" (its message with ANSI colours) to some records: noise in JSON.
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName", "color_message"}
+
+
+#: Names a log record lists at most (:func:`capped_names`) and the characters they may take together: a request
+#: body of 16 MiB of unknown keys must not become a 16 MiB log line.
+MAX_LOGGED_NAMES = 20
+MAX_LOGGED_NAME_CHARS = 1024
+
+
+def capped_names(names: Iterable[str], max_count: int = MAX_LOGGED_NAMES,
+                 max_chars: int = MAX_LOGGED_NAME_CHARS) -> tuple[list[str], int]:
+    """The first names of ``names`` (in their order) to log, at most ``max_count`` of them and ``max_chars``
+    characters together (a name cut to what is left ends with ``…``), and how many there were in all."""
+    kept: list[str] = []
+    total = 0
+    room = max_chars
+    for name in names:
+        total += 1
+        if len(kept) < max_count and room > 0:
+            shown = name if len(name) <= room else name[:max(room - 1, 0)] + "…"
+            kept.append(shown)
+            room -= len(shown)
+    return kept, total
 
 
 class JsonFormatter(logging.Formatter):

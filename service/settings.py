@@ -21,7 +21,10 @@ from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
-from service.stores.store import DEFAULT_HISTORY
+from service.stores.store import DEFAULT_HISTORY, NAME_PATTERN
+
+#: The shortest admin token accepted: 32 random URL-safe characters hold 192 bits.
+MIN_ADMIN_TOKEN_CHARS = 32
 
 #: Seconds past a request's own time limit before a silent generation is declared failed (service/worker.py).
 WATCHDOG_GRACE_S = 30.0
@@ -44,7 +47,9 @@ class Settings(BaseSettings):
         pydantic.ValidationError: naming the ``GUARDRAIL_*`` field whose value is invalid.
     """
 
-    model_config = SettingsConfigDict(env_prefix="GUARDRAIL_", extra="ignore", case_sensitive=False)
+    # hide_input_in_errors: a refused secret (a short admin token) must not be echoed into the start-up error.
+    model_config = SettingsConfigDict(env_prefix="GUARDRAIL_", extra="ignore", case_sensitive=False,
+                                      hide_input_in_errors=True)
 
     # -- model and default lists ------------------------------------------------------------------
     model: str = Field("smollm2", description="Model name (smollm2, gemma3) or a local path.")
@@ -112,7 +117,12 @@ class Settings(BaseSettings):
         "(GET /admin/wordlists/{name}/versions: compare them, write an older one back).")
 
     # -- credentials ------------------------------------------------------------------------------
-    admin_token: SecretStr | None = Field(None, description="Bearer token for /admin; unset = admin off.")
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token for /admin, at least 32 characters (refused at start otherwise); "
+        "unset = admin off.")
+    admin_failures_per_minute: int = Field(
+        10, ge=1, description="Failed admin-token attempts a client address may make in any 60 s; then every "
+        "admin route answers it 429 with Retry-After until the oldest leaves the window (per replica).")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Shared client API keys for /v1 (they get the anonymous policy); "
         "set = a request needs one of them or a tenant key; empty = no shared keys.")
@@ -120,10 +130,24 @@ class Settings(BaseSettings):
         True, description="Serve /v1 requests without a tenant key under the anonymous policy (the server's "
         "settings); false = they get 401.")
     anonymous_requests_per_minute: int = Field(
-        0, ge=0, description="Requests per minute of all anonymous callers together; 0 = no limit.")
+        0, ge=0, description="Requests per minute of all anonymous callers together (each GUARDRAIL_API_KEYS key "
+        "counts alone, with this limit); 0 = no limit.")
     anonymous_tokens_per_minute: int = Field(
-        0, ge=0, description="Tokens (prompt + n x max_tokens) per minute of all anonymous callers together; "
-        "0 = no limit.")
+        0, ge=0, description="Tokens (prompt + n x max_tokens) per minute of all anonymous callers together (each "
+        "GUARDRAIL_API_KEYS key counts alone, with this limit); 0 = no limit.")
+    anonymous_required_wordlists: Annotated[list[Annotated[str, Field(pattern=NAME_PATTERN)]], NoDecode] = Field(
+        default_factory=list, description="Lists always enforced for anonymous callers and GUARDRAIL_API_KEYS "
+        "holders, whatever the request names (a tenant policy's required_wordlists); empty = none.")
+    anonymous_min_obfuscation: str | None = Field(
+        None, pattern=OBFUSCATION_PATTERN, description="Floor and default of the obfuscation level of anonymous "
+        "callers and GUARDRAIL_API_KEYS holders (a tenant policy's obfuscation); unset = the server's obfuscation, "
+        "and they may choose any.")
+    anonymous_evasion_guard_off: bool = Field(
+        True, description="Whether anonymous callers and GUARDRAIL_API_KEYS holders may ask for a weaker "
+        "evasion_guard than the server's (off included); false = the server's evasion_guard is their floor.")
+    anonymous_request_terms: bool = Field(
+        True, description="Whether anonymous callers and GUARDRAIL_API_KEYS holders may send their own terms "
+        "(banned_terms, bad_words, banned_strings); false = 403 naming the field.")
     tenant_metric_labels: int = Field(
         32, ge=0, description="Tenants named in the tenant label of the request metrics (the first this process "
         "serves); the rest are counted as 'other'.")
@@ -176,7 +200,9 @@ class Settings(BaseSettings):
         "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
         "obfuscation overrides it.")
     watermark_key: int = Field(
-        DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection)."
+        DEFAULT_HASHING_KEY, gt=0, description="Secret hashing key of the watermark (generation and detection). The "
+        "default is transformers' public constant, with which anyone can detect and forge the watermark: the service "
+        "warns at start while it is in use; the Helm chart generates a random key at install."
     )
 
     # -- chat protocol ----------------------------------------------------------------------------
@@ -190,6 +216,13 @@ class Settings(BaseSettings):
     sse_keepalive_s: float = Field(
         5.0, ge=0, description="Seconds without a chunk after which a stream sends an SSE comment (': keep-alive'), "
         "so that idle proxies keep it open while the guard holds text back; 0 turns it off.")
+
+    # -- listening --------------------------------------------------------------------------------
+    admin_port: int | None = Field(
+        None, ge=1, le=65535, description="Serve /admin, /metrics and /console on this TCP port only (guardrail "
+        "serve binds it beside --port, on the same host); the main port then answers them 404. Unset = the main "
+        "port serves everything (make serve). The Helm chart sets it, so that its NetworkPolicy can admit the "
+        "admin port from labelled namespaces only.")
 
     # -- admin console ----------------------------------------------------------------------------
     console: bool = Field(
@@ -209,15 +242,25 @@ class Settings(BaseSettings):
             return self.worker_stall_timeout_s
         return self.request_timeout_s + WATCHDOG_GRACE_S
 
-    @field_validator("wordlists", "api_keys", mode="before")
+    @field_validator("wordlists", "api_keys", "anonymous_required_wordlists", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("redis_url", "admin_token", "upstream_url", "tokenizer", "upstream_model", mode="before")
+    @field_validator("redis_url", "admin_token", "upstream_url", "tokenizer", "upstream_model",
+                     "anonymous_min_obfuscation", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _long_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(f"GUARDRAIL_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_CHARS} characters (it has "
+                             f"{len(value.get_secret_value())}); make one with: python -c 'import secrets; "
+                             "print(secrets.token_urlsafe(32))'")
+        return value
 
     @field_validator("chat_template")
     @classmethod

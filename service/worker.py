@@ -166,6 +166,13 @@ class Job:
             yield item
 
 
+@dataclass
+class Slot:
+    """A place in the queue taken by :meth:`GenerationWorker.reserve`; ``open`` until filled or released."""
+
+    open: bool = True
+
+
 class GenerationWorker:
     """Runs jobs on ``threads`` threads that share one model.
 
@@ -261,21 +268,53 @@ class GenerationWorker:
         return len(jobs)
 
     def submit(self, request: GenerationRequest, timeout_s: float) -> Job:
-        """Admit a request (call from the event loop).
+        """Admit a request (call from the event loop): :meth:`reserve` then :meth:`enqueue`.
 
         Raises:
             NotAdmitting: the process is draining (:meth:`close_admission`).
             QueueFull: every thread is busy and ``max_queue`` jobs already wait.
         """
-        job = Job(request, asyncio.get_running_loop(), timeout_s)
+        return self.enqueue(self.reserve(), request, timeout_s)
+
+    def reserve(self) -> Slot:
+        """Take a place in the queue for a job to come: what it costs the caller (its tokens per minute) is
+        charged only once it holds one, so a full queue costs nothing. Give it back with :meth:`release`, or
+        fill it with :meth:`enqueue`; meanwhile it counts as a waiting job.
+
+        Raises:
+            NotAdmitting: the process is draining (:meth:`close_admission`).
+            QueueFull: every thread is busy and ``max_queue`` jobs already wait.
+        """
         with self._lock:
             if not self._admitting:
                 raise NotAdmitting(self._retry_after_s)
             if self._admitted >= self._capacity:
                 raise QueueFull(self._retry_after_s)
             self._admitted += 1
-            self._jobs.add(job)
             self._metrics.set_worker_load(self._running, self._admitted - self._running)
+        return Slot()
+
+    def release(self, slot: Slot) -> None:
+        """Give back a place :meth:`reserve` took and no job filled (idempotent)."""
+        with self._lock:
+            if slot.open:
+                slot.open = False
+                self._admitted -= 1
+                self._metrics.set_worker_load(self._running, self._admitted - self._running)
+
+    def enqueue(self, slot: Slot, request: GenerationRequest, timeout_s: float) -> Job:
+        """Queue a request in a place :meth:`reserve` took (call from the event loop); admitted even if the
+        drain began since.
+
+        Raises:
+            ValueError: ``slot`` was released or filled already.
+        """
+        job = Job(request, asyncio.get_running_loop(), timeout_s)
+        with self._lock:
+            if not slot.open:
+                raise ValueError("this queue slot was released or filled already")
+            slot.open = False
+            self._jobs.add(job)
         self._queue.put(job)
         return job
 

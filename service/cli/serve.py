@@ -7,6 +7,7 @@ through the environment (docs/service.md).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.params import EVASION_GUARD_MODES
@@ -97,6 +98,14 @@ def run_serve(args: argparse.Namespace) -> int:
     # log_config=None keeps the JSON logging create_app configured; our middleware writes the access log.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=CLOSE_TIMEOUT_S)
+    sockets = None
+    if settings.admin_port is not None:  # /admin, /metrics, /console on a port of their own (service/admin_port.py)
+        if settings.admin_port == args.port:
+            print(f"guardrail serve: GUARDRAIL_ADMIN_PORT ({settings.admin_port}) must differ from --port",
+                  file=sys.stderr)
+            return 2
+        admin = uvicorn.Config(app, host=args.host, port=settings.admin_port)
+        sockets = [config.bind_socket(), admin.bind_socket()]
     # SIGTERM drains first (docs/service.md, "Health, readiness and drain"), then uvicorn shuts down.
-    DrainingServer(config, app).run()
+    DrainingServer(config, app).run(sockets=sockets)
     return 0

@@ -17,6 +17,10 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Message
 
+#: The scope extension that marks a call made inside the process: ``service.admin_port.IN_PROCESS`` (the same
+#: text; the console imports nothing of the service's routing, tests/service/test_console_routes.py).
+IN_PROCESS = "guardrail.in_process"
+
 _DONE = object()
 
 
@@ -73,6 +77,8 @@ class ASGIStreamTransport(httpx.AsyncBaseTransport):
             "query_string": request.url.query, "root_path": "", "client": self.client,
             "server": self.server or (request.url.host, request.url.port),
             "headers": [(name.lower(), value) for name, value in request.headers.raw],
+            # The console's own calls passed the admin port's gate with the page's request (service/admin_port.py).
+            "extensions": {IN_PROCESS: {}},
         }
         messages: asyncio.Queue[Any] = asyncio.Queue()
         gone = asyncio.Event()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.auth import is_admin, require_admin
 from service.deps import RuntimeDep
+from service.runtime import Runtime
 from service.worker import Load
 
 router = APIRouter(tags=["health"])
@@ -73,10 +75,43 @@ def readiness(*, draining: bool, drain_seconds: float, engine_problem: str | Non
     return status, checks
 
 
+def reason(status: str, checks: dict[str, Any]) -> str | None:
+    """The reason code of a readiness status (None when ready): ``draining``, ``engine_unavailable``,
+    ``queue_saturated``, ``store_unavailable`` or ``upstream_unavailable``. A code only: no list name, version or
+    error text, so that the unauthenticated ``/readyz`` shows nothing of the lists or the infrastructure."""
+    if status == "draining":
+        return "draining"
+    if status == "unavailable":
+        return "engine_unavailable"
+    if status == "overloaded":
+        return "queue_saturated"
+    if status == "degraded":
+        return "store_unavailable" if not checks["store"]["up"] else "upstream_unavailable"
+    return None
+
+
 @router.get("/readyz", summary="Readiness: 200 ready or degraded, 503 draining, unavailable or overloaded",
             responses={503: {"description": "Draining, engine unavailable or queue over the threshold (body says)"}})
 def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
     """Ready (200) when the model is loaded, the engine runs, the queue is below
+    ``GUARDRAIL_READY_QUEUE_FRACTION`` and the process is not draining; 503 otherwise. The body is
+    ``{"status": ..., "reason": ...}``: ``status`` (``ready``, ``degraded``, ``draining``, ``unavailable``,
+    ``overloaded``) and a reason code (:func:`reason`; absent when ready). With the admin token as bearer
+    token it is the detailed body of ``GET /admin/readiness`` (``checks`` and the lists' versions).
+    """
+    status, body = _readiness(request, runtime)
+    if not is_admin(request):
+        body = {"status": status, **({"reason": body["reason"]} if body["reason"] else {})}
+    return JSONResponse(body, status_code=503 if status in NOT_READY else 200)
+
+
+@router.get("/admin/readiness", tags=["admin"], summary="Readiness with its checks (admin token)",
+            responses={503: {"description": "Draining, engine unavailable or queue over the threshold (body says)"}})
+def admin_readiness(request: Request, runtime: RuntimeDep, _: Annotated[str, Depends(require_admin)]) -> JSONResponse:
+    """What ``/readyz`` answers, with ``checks`` saying why and every list's version (admin token only: list
+    names, store and upstream error text stay off the unauthenticated probe).
+
+    Ready (200) when the model is loaded, the engine runs, the queue is below
     ``GUARDRAIL_READY_QUEUE_FRACTION`` and the process is not draining; 503 otherwise, with
     ``status`` (``draining``, ``unavailable``, ``overloaded``) and ``checks`` saying why.
 
@@ -88,6 +123,11 @@ def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
     ``GuardrailStoreDataLost``). ``checks.engine``: the engine's last known state; with a remote upstream that
     does not answer, generation requests get 503 with ``Retry-After`` and the status is ``degraded``.
     """
+    status, body = _readiness(request, runtime)
+    return JSONResponse(body, status_code=503 if status in NOT_READY else 200)
+
+
+def _readiness(request: Request, runtime: Runtime) -> tuple[str, dict[str, Any]]:
     catalog = runtime.catalog
     store: dict[str, Any] = {"kind": runtime.store.kind, "up": catalog.healthy}
     resets = getattr(runtime.store, "resets", 0)
@@ -104,10 +144,11 @@ def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
     checks["model"]["id"] = runtime.model_id
     body = {
         "status": status,
+        "reason": reason(status, checks),
         "checks": checks,
         "wordlists": {name: runtime.catalog.get(name).version for name in runtime.catalog.names()},
     }
-    return JSONResponse(body, status_code=503 if status in NOT_READY else 200)
+    return status, body
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)",

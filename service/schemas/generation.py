@@ -149,8 +149,9 @@ class GenerationFields(BaseModel):
         return None
 
     def ignored_fields(self) -> list[str]:
-        """Fields of the request this service does not know and ignores (logged, as vLLM does)."""
-        return sorted(name for name in self.model_extra or {} if name not in self.refused_fields)
+        """Fields of the request this service does not know and ignores (logged, capped, as vLLM does), in the
+        body's order."""
+        return [name for name in self.model_extra or {} if name not in self.refused_fields]
 
     def structured_output(self) -> StructuredOutput | None:
         """What the answer must be (``None``: free text); the endpoints that take ``response_format`` say.

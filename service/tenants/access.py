@@ -3,10 +3,12 @@ policy), its rate limits, and the tenant directory built once per process.
 
 A bearer token written as a tenant key (``grk_…``) must be a live key: unknown, rotated away or revoked is a
 401. The admin token (``GUARDRAIL_ADMIN_TOKEN``) is a client too, with the server's settings and every list
-readable (:func:`may_read_list`). Without a token, or with any other token (the official ``openai`` client
-always sends one), the request gets the anonymous policy, unless ``GUARDRAIL_ALLOW_ANONYMOUS=false`` (401) or
-``GUARDRAIL_API_KEYS`` is set (then the token must be one of those, which get the anonymous policy, as before
-tenants existed).
+readable (:func:`may_read_list`). When ``GUARDRAIL_API_KEYS`` is set, any other token, and no token, is a 401;
+each of those keys gets the anonymous policy with a rate-limit bucket of its own (keyed by a hash of the key).
+When it is not set, a request without a token, or with any other token (the official ``openai`` client always
+sends one, so a 401 would refuse every anonymous ``openai`` client), gets the anonymous policy, unless
+``GUARDRAIL_ALLOW_ANONYMOUS=false`` (401). The anonymous policy is built from the ``GUARDRAIL_ANONYMOUS_*``
+settings (:func:`service.tenants.policy.anonymous_policy`): its floors hold for static-key holders too.
 
 Who may read a stored list's terms (:func:`may_read_list`): the admin token, anyone for the bundled lists and a
 request's own terms, a tenant for the lists of its ``own_wordlists``. A tenant key also manages its own lists
@@ -35,7 +37,7 @@ from service.settings import Settings
 from service.stores.store import StoreUnavailable, WordListStore
 from service.tenants.keys import is_tenant_key, key_hash
 from service.tenants.labels import ADMIN, ANONYMOUS, TenantLabels
-from service.tenants.policy import ANONYMOUS_POLICY, TenantPolicy
+from service.tenants.policy import TenantPolicy, anonymous_policy
 from service.tenants.ratelimit import RateLimits
 from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantStore
 
@@ -56,16 +58,25 @@ class Caller:
         tenant: the tenant's name, or ``"anonymous"``.
         label: the ``tenant`` label of its metrics (bounded: :mod:`service.tenants.labels`).
         policy: what it may do (rate limits included; the anonymous ones come from the settings).
+        admin: the admin token was presented.
+        bucket: the key of its rate-limit counters when not ``tenant`` (a ``GUARDRAIL_API_KEYS`` key's
+            ``apikey:`` + 32 hex digits of its SHA-256: each static key counts alone).
     """
 
     tenant: str
     label: str
     policy: TenantPolicy
     admin: bool = False
+    bucket: str | None = None
 
     @property
     def anonymous(self) -> bool:
         return self.tenant == ANONYMOUS
+
+    @property
+    def rate_key(self) -> str:
+        """The key its requests and tokens are counted under."""
+        return self.bucket or self.tenant
 
 
 @functools.cache
@@ -151,7 +162,8 @@ class Tenants:
     """The tenant directory, rate limits and metric labels of one process.
 
     Args:
-        settings: ``allow_anonymous``, ``anonymous_*_per_minute``, ``tenant_metric_labels``.
+        settings: ``allow_anonymous``, ``api_keys``, ``anonymous_*`` (the anonymous policy and its rate limits),
+            ``tenant_metric_labels``.
         store: the word-list store; tenants live beside it (Redis, or files in its data directory).
         store_up: whether the store answered at its last poll (the catalog's health).
     """
@@ -168,7 +180,12 @@ class Tenants:
         self.labels = TenantLabels(settings.tenant_metric_labels)
         # Only a shared store can be down; while it is known to be, a key is refused at once (no timeout wait).
         self._store_up = store_up if isinstance(self.store, RedisTenantStore) else (lambda: True)
-        self.anonymous = Caller(ANONYMOUS, ANONYMOUS, ANONYMOUS_POLICY)
+        self.anonymous_policy = anonymous_policy(
+            required_wordlists=settings.anonymous_required_wordlists,
+            min_obfuscation=settings.anonymous_min_obfuscation,
+            evasion_guard_off=settings.anonymous_evasion_guard_off, server_evasion_guard=settings.evasion_guard,
+            request_terms=settings.anonymous_request_terms)
+        self.anonymous = Caller(ANONYMOUS, ANONYMOUS, self.anonymous_policy)
         self.admin = Caller(ADMIN, ADMIN, TenantPolicy(), admin=True)
 
     # -- who is calling ----------------------------------------------------------------------------
@@ -199,7 +216,7 @@ class Tenants:
         if static:
             if token is None or not matches_any(token, static):
                 raise ApiError(401, "Incorrect or missing API key.", code="invalid_api_key", headers=_CHALLENGE)
-            return self.anonymous
+            return Caller(ANONYMOUS, ANONYMOUS, self.anonymous_policy, bucket="apikey:" + key_hash(token)[:32])
         if not self.settings.allow_anonymous:
             raise ApiError(401, "An API key is required (Authorization: Bearer <key>); anonymous requests are "
                            "disabled on this server.", code="invalid_api_key", headers=_CHALLENGE)
@@ -220,7 +237,7 @@ class Tenants:
         """
         per_minute = self._limits(caller)[0]
         if per_minute is not None:
-            wait = self.limits.hit_request(caller.tenant, per_minute)
+            wait = self.limits.hit_request(caller.rate_key, per_minute)
             if wait is not None:
                 raise rate_limited(wait, f"{per_minute} requests per minute")
 
@@ -238,6 +255,6 @@ class Tenants:
             raise ApiError(400, f"the request needs {tokens} tokens (prompt + n x max_tokens), more than this API "
                            f"key's {per_minute} tokens per minute; lower max_tokens", param="max_tokens",
                            code="invalid_value")
-        wait = self.limits.hit_tokens(caller.tenant, per_minute, tokens)
+        wait = self.limits.hit_tokens(caller.rate_key, per_minute, tokens)
         if wait is not None:
             raise rate_limited(wait, f"{per_minute} tokens per minute")

@@ -1,7 +1,9 @@
 """What a tenant may do: its policy, and how a request's own choices are checked against it.
 
-The anonymous policy (requests without a tenant key) is the empty :class:`TenantPolicy`: the server's
-settings, any list, request terms allowed, no rate limit beyond the ``GUARDRAIL_ANONYMOUS_*`` settings.
+The anonymous policy (requests without a tenant key, and holders of a ``GUARDRAIL_API_KEYS`` key) is a
+:class:`TenantPolicy` built from the ``GUARDRAIL_ANONYMOUS_*`` settings (:func:`anonymous_policy`): required
+lists, an obfuscation floor, an evasion-guard floor, request terms on or off; at the defaults it is the empty
+policy (the server's settings, any list, request terms allowed). Its rate limits are settings too.
 
 The evasion guard and the obfuscation level of a policy are its floor and its default: a request that names
 none gets the policy's, a request may ask for a stricter one (``edit`` over ``substring``, ``masked`` over
@@ -151,5 +153,20 @@ class TenantPolicy(BaseModel):
         return min(server_default, self.max_tokens) if self.max_tokens is not None else server_default
 
 
-#: The policy of requests without a tenant key (rate limits come from the ``GUARDRAIL_ANONYMOUS_*`` settings).
+#: The policy of a request no caller was identified for (the default anonymous policy: no floors).
 ANONYMOUS_POLICY = TenantPolicy()
+
+
+def anonymous_policy(*, required_wordlists: Sequence[str], min_obfuscation: str | None, evasion_guard_off: bool,
+                     server_evasion_guard: str, request_terms: bool) -> TenantPolicy:
+    """The policy of anonymous callers and ``GUARDRAIL_API_KEYS`` holders, from the ``GUARDRAIL_ANONYMOUS_*``
+    settings: ``required_wordlists`` always enforced, ``min_obfuscation`` the obfuscation floor (and default),
+    the server's evasion guard (``server_evasion_guard``) their floor unless ``evasion_guard_off``, and
+    ``request_terms`` whether they may send terms of their own.
+
+    Raises:
+        pydantic.ValidationError: a list name or obfuscation level that is not valid (names the field).
+    """
+    floor = None if evasion_guard_off or server_evasion_guard == "off" else server_evasion_guard
+    return TenantPolicy(required_wordlists=list(required_wordlists), obfuscation=min_obfuscation,
+                        evasion_guard=floor, request_terms=request_terms)

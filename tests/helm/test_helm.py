@@ -264,8 +264,11 @@ def test_deployment_probes_allow_a_slow_model_load(default_manifests):
     # Model load takes 60-120 s on a small CPU: the startup budget must cover it with room to spare.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 150
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8000}
+    assert ports == {"http": 8000, "admin": 8001}
     assert container["command"][-1] == "8000"
+    # The probes stay on the main port, which answers /healthz and /readyz beside /v1.
+    assert {container[probe]["httpGet"]["port"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")} == {
+        "http"}
 
 
 def test_deployment_runs_non_root_on_a_read_only_root_filesystem(default_manifests):
@@ -348,7 +351,8 @@ PENDING_SETTINGS = {"GUARDRAIL_DRAIN_TIMEOUT_S", "GUARDRAIL_UPSTREAM_URL", "GUAR
 # Read by the word-list loader (guardrail/wordlists/wordlist.py), not a Settings field.
 OTHER_SERVICE_VARIABLES = {"GUARDRAIL_WORDLISTS_DIR"}
 # Settings the chart fills from elsewhere than `guardrail.*`: the volumes, the Secrets, the store mode.
-NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key"}
+NOT_GUARDRAIL_VALUES = {"data_dir", "cache_dir", "redis_url", "admin_token", "api_keys", "watermark_key",
+                        "admin_port"}
 # Settings of the gateway (engine=remote) only, rendered in that mode alone (the gateway tests below).
 REMOTE_ONLY = {"upstream_url", "tokenizer", "upstream_model", "upstream_max_streams", "upstream_connect_timeout_s",
                "upstream_read_timeout_s", "upstream_retries", "upstream_health_interval_s", "upstream_api",
@@ -397,7 +401,7 @@ def test_every_service_setting_is_rendered_and_defaults_to_the_services_default(
     # The Redis URL only with a Redis (tests below); the vLLM engine arguments and the worker stall timeout only
     # when set (next test); the gateway's settings only with engine=remote.
     conditional = {"GUARDRAIL_REDIS_URL", "GUARDRAIL_VLLM_ENGINE_ARGS", "GUARDRAIL_WORKER_STALL_TIMEOUT_S",
-                   "GUARDRAIL_CHAT_TEMPLATE"}
+                   "GUARDRAIL_CHAT_TEMPLATE", "GUARDRAIL_ANONYMOUS_MIN_OBFUSCATION"}
     conditional |= {f"GUARDRAIL_{n.upper()}" for n in REMOTE_ONLY}
     assert fields - conditional <= rendered
     assert rendered - fields <= PENDING_SETTINGS | OTHER_SERVICE_VARIABLES
@@ -432,7 +436,8 @@ def test_every_guardrail_value_reaches_its_setting(tools, tmp_path, monkeypatch)
                "chat_template": "hermes", "tool_call_parser": "json",
                "model": "gemma3", "engine": "vllm", "vllm_engine_args": {"enforce_eager": True},
                "wordlists": ["en", "de"], "redis_prefix": "tenant-a:", "evasion_guard": "edit",
-               "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432}
+               "obfuscation": "leet+markup", "log_level": "debug", "max_body_bytes": 33554432,
+               "anonymous_required_wordlists": ["en", "de"], "anonymous_min_obfuscation": "homoglyphs"}
     missing = set(Settings.model_fields) - NOT_GUARDRAIL_VALUES - REMOTE_ONLY - set(chosen)
     assert not missing, f"no test value for {missing}"
     path = tmp_path / "values.yaml"
@@ -476,7 +481,42 @@ def test_watermark_key_comes_from_the_secret(tools):
     secret = only(manifests, "Secret", "-auth")
     assert ref["name"] == secret["metadata"]["name"]
     assert base64.b64decode(secret["data"][ref["key"]]) == b"424242"
-    assert "watermark-key" not in only(render(tools), "Secret", "-auth")["data"]  # unset: the service's default
+    # Unset: a random key generated at install (never transformers' public default), 13 digits.
+    generated = base64.b64decode(only(render(tools), "Secret", "-auth")["data"]["watermark-key"]).decode()
+    assert re.fullmatch(r"1[0-9]{12}", generated), generated
+    assert int(generated) != 15485863
+    assert generated != base64.b64decode(only(render(tools), "Secret", "-auth")["data"]["watermark-key"]).decode()
+
+
+def test_no_pod_annotation_is_derived_from_the_secrets(tools):
+    manifests = render(tools, sets=("auth.adminToken=" + "t" * 40, "auth.apiKeys={k1}"))
+    annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert set(annotations) == {"checksum/wordlists"}
+
+
+def test_admin_port_is_its_own_and_the_network_policy_admits_it_from_labelled_namespaces(production_manifests):
+    container = container_of(production_manifests)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8000, "admin": 8001}
+    assert env_of(production_manifests)["GUARDRAIL_ADMIN_PORT"] == "8001"
+    service = only(production_manifests, "Service", "-guardrail")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"http": "http", "admin": "admin"}
+    assert only(production_manifests, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "admin"
+    policy = only(production_manifests, "NetworkPolicy", "-guardrail")
+    rules = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
+    assert set(rules) == {"http", "admin"}
+    assert rules["admin"]["from"] == [{"namespaceSelector": {"matchLabels": {"guardrail.io/admin-access": "true"}}}]
+    # The probes stay on the main port (it answers /healthz and /readyz).
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"
+
+
+def test_admin_port_null_serves_everything_on_the_main_port(tools):
+    manifests = render(tools, sets=("adminPort=null",))
+    assert [p["name"] for p in container_of(manifests)["ports"]] == ["http"]
+    assert "GUARDRAIL_ADMIN_PORT" not in env_of(manifests)
+    policy = only(manifests, "NetworkPolicy", "-guardrail")
+    assert [rule["ports"][0]["port"] for rule in policy["spec"]["ingress"]] == ["http"]
+    assert "must differ" in render_error(tools, "adminPort=8000")
 
 
 # -- extension points, probes, shutdown ---------------------------------------------------------------------------
@@ -597,7 +637,8 @@ def test_helm_test_pod_runs_the_check_script_against_the_service(production_mani
     # The Service must not route clients to the test pod, and a restrictive NetworkPolicy must admit it.
     labels = pod["metadata"]["labels"]
     assert not selects(service["spec"]["selector"], labels)
-    (rule,) = only(production_manifests, "NetworkPolicy", "-guardrail")["spec"]["ingress"]
+    (rule,) = [r for r in only(production_manifests, "NetworkPolicy", "-guardrail")["spec"]["ingress"]
+               if r["ports"][0]["port"] == "http"]
     assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"-": "-"}), labels) for peer in rule["from"])
 
 
@@ -860,7 +901,8 @@ def test_pdb_service_and_servicemonitor_select_the_guardrail_pods(production_man
     assert selects(service["spec"]["selector"], pod_labels) and not selects(service["spec"]["selector"], redis_labels)
     monitor = only(production_manifests, "ServiceMonitor")
     assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
-    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "admin"  # /metrics is served on the admin port
+    assert "admin" in [port["name"] for port in service["spec"]["ports"]]
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "test-admin-token"
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef-xyz"  # GUARDRAIL_ADMIN_TOKEN needs 32+ characters
 CLIENT_KEY = "test-client-key"
 MODEL = "smollm2"
 STARTUP_TIMEOUT_S = 300  # first use on a machine converts the gguf (tens of seconds on 2 cores)

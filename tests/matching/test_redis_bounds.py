@@ -234,12 +234,12 @@ def test_the_service_stays_up_while_its_redis_is_hung(tmp_path):
             assert connection_settings(runtime.artefacts._redis) == (0.3, 0.3, 0)
             wait_until(lambda: server.get("/readyz").json()["status"] == "ready", 30, "ready with Redis")
             assert server.admin("PUT", "/admin/wordlists/cities", json={"terms": ["Paris"]}).status_code == 201
-            wait_until(lambda: "cities" in server.get("/readyz").json()["wordlists"], 10, "the new list served")
+            wait_until(lambda: "cities" in server.admin("GET", "/readyz").json()["wordlists"], 10, "the new list served")
 
             with paused(redis_server):
                 wait_until(lambda: server.get("/readyz").json()["status"] == "degraded", 10,
                            "readiness reporting the hung Redis")
-                ready = server.get("/readyz")
+                ready = server.admin("GET", "/readyz")
                 assert ready.status_code == 200 and "Timeout" in ready.json()["checks"]["store"]["error"]
                 assert server.get("/healthz").status_code == 200
                 # Generation goes on from memory; a list set never used before misses the in-process

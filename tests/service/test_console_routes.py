@@ -56,3 +56,41 @@ def test_the_console_imports_nothing_of_the_service_but_two_pure_functions_of_a_
     service = {name for name in imported if name.startswith("service.") and not name.startswith("service.console")}
     assert service == ALLOWED_SERVICE_IMPORTS
     assert "service" not in imported  # nor the package itself (``from service import ...``)
+
+
+def test_with_an_admin_port_the_console_pages_and_their_api_calls_pass_its_gate(tmp_path):
+    """The console's in-process calls carry the scope extension the admin port's gate lets through: without it,
+    the gate answers 404 to /admin from a page (the call's "server" is no socket's port)."""
+    import asyncio
+
+    from service.admin_port import IN_PROCESS
+    from service.console.transport import IN_PROCESS as CONSOLE_IN_PROCESS
+
+    assert CONSOLE_IN_PROCESS == IN_PROCESS
+    app = create_app(Settings(admin_token="a" * 40, data_dir=tmp_path, admin_port=9101))
+
+    async def status(path: str, port: int, extensions: dict | None = None) -> int:
+        answer: dict = {}
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", port), "headers": [],
+                 **({"extensions": extensions} if extensions is not None else {})}
+        await app(scope, receive, send)
+        return answer["status"]
+
+    async def scenario() -> None:
+        assert await status("/console/sign-in", 8000) == 404
+        assert await status("/console/sign-in", 9101) == 200
+        assert await status("/admin/tenants", 8000) == 404
+        # Let through on any port (no token here: the admin API's own 401 answers, not the gate's 404).
+        assert await status("/admin/tenants", 8000, {IN_PROCESS: {}}) == 401
+
+    asyncio.run(scenario())

@@ -190,6 +190,36 @@ def test_a_worker_at_its_queue_threshold_is_saturated_and_refuses_beyond_capacit
         worker.stop()
 
 
+def test_a_reserved_place_counts_until_filled_or_released_and_a_released_one_cannot_be_filled():
+    """What lets a route charge a caller's tokens only once the queue has admitted its job (issue 31 item 3)."""
+    gate = Gate()
+    worker = make_worker(gate, threads=1, max_queue=1)
+    try:
+        async def scenario() -> None:
+            first, second = worker.reserve(), worker.reserve()
+            assert worker.admitted == 2
+            with pytest.raises(QueueFull):
+                worker.reserve()
+            worker.release(second)
+            worker.release(second)  # idempotent: the place is given back once
+            assert worker.admitted == 1
+            with pytest.raises(ValueError):
+                worker.enqueue(second, request(), timeout_s=60)
+            job = worker.enqueue(first, request(), timeout_s=60)
+            third = worker.reserve()  # the released place is free again
+            with pytest.raises(QueueFull):
+                worker.reserve()
+            worker.release(third)
+            gate.release()
+            assert await collect(job) == (["a"], None)
+            wait_until(lambda: worker.admitted == 0, WAIT_S, "the job's place given back")
+
+        asyncio.run(scenario())
+    finally:
+        gate.release()
+        worker.stop()
+
+
 # -- drain ---------------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import pytest
-from helpers.service import CLIENT_KEY, MODEL, metric, start_service_process
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, metric, start_service_process
 from helpers.wait import wait_until
 
 DRAIN_TIMEOUT_S = 4.0
@@ -87,6 +87,7 @@ class QueuedRequest(threading.Thread):
 def test_sigterm_under_8_streams_ends_every_stream_with_done_within_the_drain_timeout(tmp_path):
     server = start_service_process(tmp_path, {
         "GUARDRAIL_API_KEYS": CLIENT_KEY,
+        "GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN,  # readiness details (/readyz with the admin token)
         "GUARDRAIL_DRAIN_TIMEOUT_S": str(DRAIN_TIMEOUT_S),
         "GUARDRAIL_REQUEST_TIMEOUT_S": "600",
         "GUARDRAIL_MAX_BATCH": str(STREAMS),  # 8 worker threads
@@ -101,7 +102,7 @@ def test_sigterm_under_8_streams_ends_every_stream_with_done_within_the_drain_ti
             stream.start()
         wait_until(lambda: all(s.first_chunk.is_set() for s in streams), FIRST_CHUNK_TIMEOUT_S,
                    "every stream's first chunk", alive=alive)
-        ready = server.get("/readyz")
+        ready = server.admin("GET", "/readyz")
         assert ready.status_code == 200, ready.text  # 8 running, none waiting: under the threshold
         assert ready.json()["checks"]["worker"]["running"] == STREAMS
         assert server.get("/healthz").json() == {"status": "ok"}  # busy threads making progress
@@ -109,14 +110,14 @@ def test_sigterm_under_8_streams_ends_every_stream_with_done_within_the_drain_ti
         queued = QueuedRequest(server.base_url)
         queued.start()
         wait_until(lambda: server.get("/readyz").status_code == 503, 30, "readiness shedding", alive=alive)
-        shed = server.get("/readyz").json()
+        shed = server.admin("GET", "/readyz").json()
         assert shed["status"] == "overloaded" and shed["checks"]["worker"]["waiting"] == 1, shed
 
         server.process.send_signal(signal.SIGTERM)
         signalled_at = time.monotonic()
         wait_until(lambda: server.get("/readyz").json()["status"] == "draining", DRAIN_TIMEOUT_S,
                    "readiness draining", alive=alive)
-        draining = server.get("/readyz")
+        draining = server.admin("GET", "/readyz")
         assert draining.status_code == 503 and draining.json()["checks"]["drain"]["draining"] is True
         refused = server.post("/v1/chat/completions", json=body(True), headers=HEADERS)
         assert refused.status_code == 503, refused.text

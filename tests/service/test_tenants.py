@@ -307,3 +307,63 @@ def test_a_generation_that_alone_exceeds_the_tokens_per_minute_is_a_400_not_a_42
     with pytest.raises(ApiError) as limited:
         tenants.admit_tokens(caller, 1)
     assert limited.value.status == 429 and int(limited.value.headers["Retry-After"]) >= 1
+
+
+# -- the anonymous policy and static keys (issue 31 item 3) ---------------------------------------------------
+
+
+def test_the_anonymous_policy_is_built_from_the_settings_and_binds_static_keys_too(redis_url, redis_prefix):
+    floors = {"anonymous_required_wordlists": ["en"], "anonymous_min_obfuscation": "leet",
+              "anonymous_evasion_guard_off": False, "anonymous_request_terms": False, "evasion_guard": "substring"}
+    for tenants, token in ((_tenants(redis_url, redis_prefix, **floors), None),
+                           (_tenants(redis_url, redis_prefix, api_keys=["static-key"], **floors), "static-key")):
+        policy = tenants.identify(token).policy
+        assert tenants.identify(token).anonymous
+        assert policy.wordlists([], ["en", "de"]) == ["en"]  # "wordlists": [] keeps the required list
+        assert policy.wordlists(["de"], ["en"]) == ["en", "de"]
+        with pytest.raises(PolicyViolation) as weaker:
+            policy.obfuscation_for("off", "off")
+        assert weaker.value.param == "obfuscation"
+        assert policy.obfuscation_for(None, "off") == "leet" and policy.obfuscation_for("masked", "off") == "masked"
+        with pytest.raises(PolicyViolation) as guard_off:
+            policy.evasion_guard_for("off", "substring")
+        assert guard_off.value.param == "evasion_guard"
+        assert policy.evasion_guard_for("edit", "substring") == "edit"
+        with pytest.raises(PolicyViolation) as terms:
+            policy.check_request_terms(1, "bad_words")
+        assert terms.value.param == "bad_words"
+    # At the defaults the anonymous policy has no floor: any list (none too), any level, own terms.
+    open_policy = _tenants(redis_url, redis_prefix).identify(None).policy
+    assert open_policy.wordlists([], ["en"]) == [] and open_policy.evasion_guard_for("off", "substring") == "off"
+    assert open_policy.obfuscation_for("off", "leet") == "off"
+    open_policy.check_request_terms(3)
+
+
+def test_a_bad_anonymous_floor_is_refused_at_start_naming_the_setting():
+    from service.settings import Settings
+
+    with pytest.raises(ValidationError, match="anonymous_min_obfuscation"):
+        Settings(anonymous_min_obfuscation="leetish")
+    with pytest.raises(ValidationError, match="anonymous_required_wordlists"):
+        Settings(anonymous_required_wordlists="en,no such list")
+
+
+def test_each_static_key_counts_in_a_bucket_of_its_own(redis_url, redis_prefix):
+    from service.errors import ApiError
+
+    tenants = _tenants(redis_url, redis_prefix, api_keys=["key-one", "key-two"], anonymous_requests_per_minute=2)
+    one, two = tenants.identify("key-one"), tenants.identify("key-two")
+    assert one.rate_key != two.rate_key and "key-one" not in one.rate_key  # a hash of the key, never the key
+    for _ in range(2):
+        tenants.admit_request(one)
+    with pytest.raises(ApiError) as over:
+        tenants.admit_request(one)
+    assert over.value.status == 429 and int(over.value.headers["Retry-After"]) >= 1
+    tenants.admit_request(two)  # the other key's bucket is untouched
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stored = [key.decode() for key in client.scan_iter(match=f"{redis_prefix}ratelimit*")]
+    finally:
+        client.close()
+    assert stored and all("key-one" not in key and "key-two" not in key for key in stored)
+    assert any(one.rate_key in key for key in stored) and any(two.rate_key in key for key in stored)

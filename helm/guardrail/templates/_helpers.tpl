@@ -88,6 +88,24 @@ A value of an existing Secret of this release, so that generated credentials sur
 otherwise a fresh random one. lookup answers nothing under `helm template`, which is fine there.
 Arguments: (list $ secretName key length).
 */}}
+{{/*
+The watermark key: auth.watermarkKey, else the one the release's Secret holds, else 13 random digits led by 1
+(at most 2 x 10^12: times a token id it stays within torch's 64-bit seed). Args: (root, secret name).
+*/}}
+{{- define "guardrail.watermarkKey" -}}
+{{- $root := index . 0 }}
+{{- if not (kindIs "invalid" $root.Values.auth.watermarkKey) }}
+{{- $root.Values.auth.watermarkKey | int64 | toString }}
+{{- else }}
+{{- $secret := lookup "v1" "Secret" $root.Release.Namespace (index . 1) }}
+{{- if and $secret (hasKey $secret.data $root.Values.auth.watermarkKeyKey) }}
+{{- index $secret.data $root.Values.auth.watermarkKeyKey | b64dec }}
+{{- else }}
+{{- printf "1%s" (randNumeric 12) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "guardrail.persistentRandom" -}}
 {{- $root := index . 0 }}
 {{- $secret := lookup "v1" "Secret" $root.Release.Namespace (index . 1) }}
@@ -171,6 +189,10 @@ The embedded engines' own settings are left out with engine=remote, which has no
   (list "GUARDRAIL_ALLOW_ANONYMOUS" $g.allowAnonymous)
   (list "GUARDRAIL_ANONYMOUS_REQUESTS_PER_MINUTE" ($g.anonymousRequestsPerMinute | int64))
   (list "GUARDRAIL_ANONYMOUS_TOKENS_PER_MINUTE" ($g.anonymousTokensPerMinute | int64))
+  (list "GUARDRAIL_ANONYMOUS_REQUIRED_WORDLISTS" (join "," $g.anonymousRequiredWordlists))
+  (list "GUARDRAIL_ANONYMOUS_EVASION_GUARD_OFF" $g.anonymousEvasionGuardOff)
+  (list "GUARDRAIL_ANONYMOUS_REQUEST_TERMS" $g.anonymousRequestTerms)
+  (list "GUARDRAIL_ADMIN_FAILURES_PER_MINUTE" ($g.adminFailuresPerMinute | int64))
   (list "GUARDRAIL_TENANT_METRIC_LABELS" ($g.tenantMetricLabels | int64))
   (list "GUARDRAIL_DEFAULT_MAX_TOKENS" ($g.defaultMaxTokens | int64))
   (list "GUARDRAIL_MAX_TOKENS_LIMIT" ($g.maxTokensLimit | int64))
@@ -193,6 +215,9 @@ The embedded engines' own settings are left out with engine=remote, which has no
 }}
 {{- if $g.chatTemplate }}
 {{- $settings = append $settings (list "GUARDRAIL_CHAT_TEMPLATE" $g.chatTemplate) }}
+{{- end }}
+{{- if $g.anonymousMinObfuscation }}
+{{- $settings = append $settings (list "GUARDRAIL_ANONYMOUS_MIN_OBFUSCATION" $g.anonymousMinObfuscation) }}
 {{- end }}
 {{- if not (kindIs "invalid" $g.workerStallTimeoutS) }}
 {{- $settings = append $settings (list "GUARDRAIL_WORKER_STALL_TIMEOUT_S" $g.workerStallTimeoutS) }}
