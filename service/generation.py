@@ -290,7 +290,7 @@ def _terms_param(body: GenerationFields) -> str:
                 "banned_terms")
 
 
-def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
+async def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
             log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None,
             grammar: StructuredOutput | None = None) -> Prepared:
     """Check a request against the server's limits and its caller's policy, and build the worker's request.
@@ -340,7 +340,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     except PolicyViolation as exc:
         raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
     stored = stored_lists(runtime, names)
-    requested = request_list(runtime, body.request_terms())
+    requested = await request_list(runtime, body.request_terms(), _terms_param(body))  # in the compile pool
     wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([requested] if requested is not None else []),
                                        obfuscation))
     options: dict[str, Any] = {
