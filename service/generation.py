@@ -38,6 +38,7 @@ from service import guard_events
 from service.errors import ApiError, documented_errors, error_body
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
+from service.schema_limits import check_structured_output
 from service.schemas.generation import GenerationFields
 from service.tenants.access import Caller
 from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
@@ -398,7 +399,8 @@ def structured_output_of(runtime: Runtime, body: GenerationFields) -> Structured
 
     Raises:
         ApiError: 400 naming the field (``response_format``, ``guided_json``, ``text.format``,
-            ``output_config.format``) when malformed, or when the engine is not
+            ``output_config.format``) when malformed, beyond the schema limits (``schema_too_large``:
+            :mod:`service.schema_limits`), or when the engine is not
             the embedded one (vLLM's own structured outputs and an upstream's cannot roll back with the guard).
     """
     try:
@@ -406,6 +408,8 @@ def structured_output_of(runtime: Runtime, body: GenerationFields) -> Structured
     except ValueError as exc:
         field = str(exc).split(":", 1)[0]
         raise ApiError(400, str(exc), param=field, code="invalid_value") from None
+    if structured is not None:  # before anything compiles it: its size is the server's memory
+        check_structured_output(structured, body.structured_output_field(), runtime.settings)
     if structured is not None and runtime.engine.name != "transformers":
         field = body.structured_output_field()
         raise ApiError(400, f"{field}: structured output is served by the transformers engine only, not by the "
