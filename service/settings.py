@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
+from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES
 from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
@@ -177,8 +178,9 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Compile budget of one request's own terms, seconds of compile thread time (its "
         "wait for a thread not counted): a 400 naming the field beyond.")
     request_compile_max_states: int = Field(
-        10_000, ge=1, description="Automaton states a request's regex terms may need together (400 naming the term "
-        "or the field beyond).")
+        MAX_REQUEST_REGEX_DFA_STATES, ge=1, le=MAX_REQUEST_REGEX_DFA_STATES,
+        description="Automaton states a request's regex terms may need together (400 naming the term or the field "
+        "beyond); at most the engine's own request limit.")
     compile_refusal_ttl_s: float = Field(
         300.0, ge=0, description="How long a refused set of request terms is answered from memory (the same 400, "
         "no compile), seconds; 0 = not kept.")
