@@ -103,6 +103,13 @@ class RequestCompiler:
                            code="compile_busy", headers={"Retry-After": str(self.settings.retry_after_s)})
         try:
             future = self._pool.submit(self._compile, items, param)
+        except RuntimeError:  # the pool was shut down (the process stops)
+            self._release()
+            raise
+        # The slot is freed when the compile ends, not when the request does: a client that disconnects does
+        # not make room for more work than the pool holds (a compile not yet started is cancelled with it).
+        future.add_done_callback(lambda _: self._release())
+        try:
             return await asyncio.wrap_future(future)
         except ApiError as exc:
             self.metrics.request_compiles.labels(
@@ -113,9 +120,10 @@ class RequestCompiler:
                     if self.settings.compile_refusal_ttl_s > 0 and weight <= self._refused.maxsize:
                         self._refused[key] = (exc, weight)
             raise
-        finally:
-            with self._lock:
-                self._admitted -= 1
+
+    def _release(self) -> None:
+        with self._lock:
+            self._admitted -= 1
 
     def _compile(self, terms: list[str | Term], param: str) -> WordList:
         """Parse and compile (on a compile thread); the time budget starts here, not while waiting."""

@@ -114,3 +114,23 @@ def test_a_full_pool_answers_503_at_once_instead_of_queueing():
         asyncio.run(scenario())
     finally:
         pool.close()
+
+
+def test_a_cancelled_request_holds_its_slot_until_its_compile_ends():
+    pool, _ = compiler(request_compile_workers=1, request_compile_queue=0, request_compile_time_s=30)
+
+    async def scenario():
+        slow = asyncio.ensure_future(pool.request_list(overlapping(40, salt="c"), "banned_terms"))
+        while pool._admitted == 0:
+            await asyncio.sleep(0.01)
+        slow.cancel()  # the client went away; its compile thread cannot be stopped from outside
+        busy = await refused(pool, ["re:w[o0]rd"])
+        assert busy.code == "compile_busy"  # the running compile still holds the one slot
+        while pool._admitted:  # freed when the compile ends (at its state limit)
+            await asyncio.sleep(0.01)
+        assert (await pool.request_list(["re:w[o0]rd"], "banned_terms")).name == "request"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()
