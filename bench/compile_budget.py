@@ -2,7 +2,7 @@
 answered, how long it takes, and the worst ``/healthz`` latency while it runs. Prints one JSON object.
 
 The service runs as its own process at its defaults (anonymous callers, request terms allowed), the embedded
-store. A prober thread sends ``GET /healthz`` back to back (each with its own 2 s timeout) during each phase:
+store. A prober process sends ``GET /healthz`` back to back (each with its own 2 s timeout) during each phase:
 
 * ``idle``: no attack (the baseline of the same run);
 * ``forty_terms``: one chat with 40 distinct regex terms like ``re:bcd.{0,15}e`` (each compiles alone, together
@@ -10,6 +10,7 @@ store. A prober thread sends ``GET /healthz`` back to back (each with its own 2 
 * ``forty_terms_again``: the same request again (answered from the refusal memory);
 * ``pool_flood``: ``--flood`` such requests at once, each with distinct terms (the pool's threads, then its
   wait, then 503 ``compile_busy``): statuses and the slowest answer;
+* ``check_flood``: the same through ``POST /v1/check`` (no prompt to tokenize: the compile pool alone);
 * ``schemas``: 12 chats, each with a distinct schema padded with a 4 MB ``description``: statuses and the
   server's RSS growth (``/proc/<pid>/status`` ``VmRSS``) from before the first to after the last.
 
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,31 +46,38 @@ def overlapping(salt: str) -> list[str]:
             f"{LETTERS[(i + 3) % 26]}" for i in range(40)]
 
 
+def _probe(base: str, stop, out) -> None:
+    latencies = []
+    with httpx.Client(timeout=2.0) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                client.get(f"{base}/healthz")
+                latencies.append(time.perf_counter() - started)
+            except httpx.HTTPError:
+                latencies.append(2.0)
+            time.sleep(0.005)
+    out.send(latencies)
+
+
 class Prober:
-    """``GET /healthz`` back to back on a thread of its own, latencies in seconds (a timeout counts 2 s)."""
+    """``GET /healthz`` back to back from a process of its own (the attack's client threads would otherwise
+    delay the probe in this process), latencies in seconds (a timeout counts 2 s)."""
 
     def __init__(self, base: str):
-        self.base, self.latencies, self._stop = base, [], threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=2.0) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    client.get(f"{self.base}/healthz")
-                    self.latencies.append(time.perf_counter() - started)
-                except httpx.HTTPError:
-                    self.latencies.append(2.0)
-                time.sleep(0.005)
+        self.latencies: list[float] = []
+        self._stop = multiprocessing.Event()
+        self._receive, send = multiprocessing.Pipe(duplex=False)
+        self._process = multiprocessing.Process(target=_probe, args=(base, self._stop, send), daemon=True)
 
     def __enter__(self) -> Prober:
-        self._thread.start()
+        self._process.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        self.latencies = self._receive.recv()
+        self._process.join()
 
     def report(self) -> dict:
         return {"probes": len(self.latencies), **(percentiles([x * 1000 for x in self.latencies], 1) or {}),
@@ -83,6 +91,12 @@ def chat(base: str, **extra) -> dict:
     error = response.json().get("error") if response.status_code >= 400 else None
     return {"status": response.status_code, "seconds": round(time.perf_counter() - started, 3),
             "param": error and error.get("param"), "code": error and error.get("code")}
+
+
+def check(base: str, **extra) -> dict:
+    started = time.perf_counter()
+    response = httpx.post(f"{base}/v1/check", timeout=300, json={"text": "hello", **extra})
+    return {"status": response.status_code, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def rss_mb(pid: int) -> float:
@@ -115,6 +129,13 @@ def main() -> None:
                 statuses[str(answer["status"])] = statuses.get(str(answer["status"]), 0) + 1
             result["pool_flood"] = {"requests": args.flood, "statuses": statuses,
                                     "slowest_s": max(a["seconds"] for a in answers), "healthz": probe.report()}
+            with Prober(base) as probe, ThreadPoolExecutor(args.flood) as pool:
+                answers = list(pool.map(lambda i: check(base, banned_terms=overlapping(f"c{i}")), range(args.flood)))
+            statuses = {}
+            for answer in answers:
+                statuses[str(answer["status"])] = statuses.get(str(answer["status"]), 0) + 1
+            result["check_flood"] = {"requests": args.flood, "statuses": statuses,
+                                     "slowest_s": max(a["seconds"] for a in answers), "healthz": probe.report()}
             before = rss_mb(process.pid)
             with Prober(base) as probe:
                 answers = []

@@ -6,11 +6,12 @@ parsing: docs/matching.md, "Regex terms"), and a set of them can cost seconds of
 * they compile in a thread pool of their own (``GUARDRAIL_REQUEST_COMPILE_WORKERS`` threads), never on the event
   loop (``/healthz``, ``/readyz`` and the streams keep answering) nor in the default pool the sync routes use;
 * at most ``GUARDRAIL_REQUEST_COMPILE_QUEUE`` more wait for a thread: beyond, a 503 ``compile_busy`` with
-  ``Retry-After`` at once, not an unbounded queue (a wait would eat the client's time; a retry is cheap);
+  ``Retry-After`` at once, not an unbounded queue (a wait would eat the client's time; a retry is cheap); one
+  that waited longer than the time budget is not started (the same 503);
 * each compile has a budget: ``GUARDRAIL_REQUEST_COMPILE_TIME_S`` seconds of its thread and
   ``GUARDRAIL_REQUEST_COMPILE_MAX_STATES`` automaton states, enforced inside the construction (a thread cannot
   be killed: the automaton checks its deadline as it adds states), and at most
-  ``GUARDRAIL_MAX_REGEX_REQUEST_TERMS`` regex terms; beyond, a 400 naming the field and the limit;
+  ``GUARDRAIL_MAX_REQUEST_REGEX_TERMS`` regex terms; beyond, a 400 naming the field and the limit;
 * a refused set is answered from memory for ``GUARDRAIL_COMPILE_REFUSAL_TTL_S`` (the same 400, no compile), so a
   client that retries the same request costs nothing.
 """
@@ -102,7 +103,7 @@ class RequestCompiler:
                            "(GUARDRAIL_REQUEST_COMPILE_WORKERS, GUARDRAIL_REQUEST_COMPILE_QUEUE)", param=param,
                            code="compile_busy", headers={"Retry-After": str(self.settings.retry_after_s)})
         try:
-            future = self._pool.submit(self._compile, items, param)
+            future = self._pool.submit(self._compile, items, param, time.monotonic())
         except RuntimeError:  # the pool was shut down (the process stops)
             self._release()
             raise
@@ -112,8 +113,9 @@ class RequestCompiler:
         try:
             return await asyncio.wrap_future(future)
         except ApiError as exc:
-            self.metrics.request_compiles.labels(
-                "over_time" if exc.code == "compile_budget_exceeded" else "refused").inc()
+            if exc.code != "compile_busy":
+                self.metrics.request_compiles.labels(
+                    "over_time" if exc.code == "compile_budget_exceeded" else "refused").inc()
             if exc.status in (400, 413):
                 weight = sum(len(str(t)) for t in items) + 64 * len(items) + len(exc.message) + 256
                 with self._lock:
@@ -125,9 +127,18 @@ class RequestCompiler:
         with self._lock:
             self._admitted -= 1
 
-    def _compile(self, terms: list[str | Term], param: str) -> WordList:
-        """Parse and compile (on a compile thread); the time budget starts here, not while waiting."""
-        deadline = time.monotonic() + self.settings.request_compile_time_s
+    def _compile(self, terms: list[str | Term], param: str, admitted: float) -> WordList:
+        """Parse and compile (on a compile thread). The time budget starts here, not while waiting; a compile
+        that waited longer than the budget is not started (503 ``compile_busy``): so every admitted request is
+        answered within about twice the budget, and never a 400 for the server's own backlog."""
+        started = time.monotonic()
+        if started - admitted > self.settings.request_compile_time_s:
+            self.metrics.request_compiles.labels("busy").inc()
+            raise ApiError(503, "the request-term compile threads were busy for longer than the compile budget; "
+                           "retry shortly (GUARDRAIL_REQUEST_COMPILE_WORKERS, GUARDRAIL_REQUEST_COMPILE_QUEUE)",
+                           param=param, code="compile_busy",
+                           headers={"Retry-After": str(self.settings.retry_after_s)})
+        deadline = started + self.settings.request_compile_time_s
         try:
             wordlist = wordlist_from_terms(terms, name=REQUEST_LIST)
         except WordListError as exc:
