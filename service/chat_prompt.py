@@ -79,5 +79,5 @@ async def prepare_chat(runtime: Runtime, request: Request, body: GenerationField
         fields["tools"] = len(tool_list)
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = messages
-    return prepare(runtime, body, prompt_ids, token_limit, fields, prompt_param=prompt_param,
+    return await prepare(runtime, body, prompt_ids, token_limit, fields, prompt_param=prompt_param,
                    caller=caller_of(request), grammar=tools.grammar if tools is not None else None)

@@ -39,6 +39,7 @@ from service.errors import ApiError, documented_errors, error_body
 from service.logs import capped_names
 from service.request_lists import request_list, stored_lists
 from service.runtime import Runtime
+from service.schema_limits import check_structured_output
 from service.schemas.generation import GenerationFields
 from service.tenants.access import Caller
 from service.tenants.policy import ANONYMOUS_POLICY, PolicyViolation
@@ -292,7 +293,7 @@ def _terms_param(body: GenerationFields) -> str:
                 "banned_terms")
 
 
-def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
+async def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_limit: int | None,
             log_fields: dict[str, object], prompt_param: str, caller: Caller | None = None,
             grammar: StructuredOutput | None = None) -> Prepared:
     """Check a request against the server's limits and its caller's policy, and build the worker's request.
@@ -343,7 +344,7 @@ def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], token_l
     except PolicyViolation as exc:
         raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
     stored = stored_lists(runtime, names)
-    requested = request_list(runtime, body.request_terms())
+    requested = await request_list(runtime, body.request_terms(), _terms_param(body))  # in the compile pool
     wordlists = tuple(with_obfuscation([s.wordlist for s in stored] + ([requested] if requested is not None else []),
                                        obfuscation))
     options: dict[str, Any] = {
@@ -401,7 +402,8 @@ def structured_output_of(runtime: Runtime, body: GenerationFields) -> Structured
 
     Raises:
         ApiError: 400 naming the field (``response_format``, ``guided_json``, ``text.format``,
-            ``output_config.format``) when malformed, or when the engine is not
+            ``output_config.format``) when malformed, beyond the schema limits (``schema_too_large``:
+            :mod:`service.schema_limits`), or when the engine is not
             the embedded one (vLLM's own structured outputs and an upstream's cannot roll back with the guard).
     """
     try:
@@ -409,6 +411,8 @@ def structured_output_of(runtime: Runtime, body: GenerationFields) -> Structured
     except ValueError as exc:
         field = str(exc).split(":", 1)[0]
         raise ApiError(400, str(exc), param=field, code="invalid_value") from None
+    if structured is not None:  # before anything compiles it: its size is the server's memory
+        check_structured_output(structured, body.structured_output_field(), runtime.settings)
     if structured is not None and runtime.engine.name != "transformers":
         field = body.structured_output_field()
         raise ApiError(400, f"{field}: structured output is served by the transformers engine only, not by the "

@@ -12,6 +12,8 @@ Metrics live in a per-app ``CollectorRegistry`` so that two apps in one process 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -271,6 +273,22 @@ class ServiceMetrics:
             ["layer"],
             registry=r,
         )
+        self.request_compiles = Counter(
+            "guardrail_request_compiles",
+            "Compiles of a request's own terms by outcome: ok, refused (a 400/413), over_time (past "
+            "GUARDRAIL_REQUEST_COMPILE_TIME_S), refused_cached (the same refusal answered from memory, no compile), "
+            "busy (503 compile_busy: the pool and its wait were full).",
+            ["outcome"],
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "guardrail_cache_bytes", "Bytes a bounded in-process cache holds (as weighed when each entry was kept).",
+            ["cache"], registry=r,
+        )
+        self.cache_limit_bytes = Gauge(
+            "guardrail_cache_limit_bytes", "The bound of that cache in bytes (its GUARDRAIL_*_BYTES setting).",
+            ["cache"], registry=r,
+        )
         self.queue_depth = Gauge(
             "guardrail_queue_depth",
             "Generation requests waiting for the model worker (equals guardrail_num_requests_waiting).",
@@ -303,6 +321,11 @@ class ServiceMetrics:
             ["version", "model"], registry=r,
         )
         self.build_info.labels(guardrail.__version__, model).set(1)
+
+    def watch_cache(self, cache: str, held: Callable[[], float], limit: float) -> None:
+        """Export cache ``cache``'s bytes (read from ``held`` at each scrape) and its bound."""
+        self.cache_bytes.labels(cache).set_function(held)
+        self.cache_limit_bytes.labels(cache).set(limit)
 
     def set_worker_load(self, running: int, waiting: int) -> None:
         """Record the worker's generation requests: ``running`` on a thread, ``waiting`` in its queue."""

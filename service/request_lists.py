@@ -1,17 +1,20 @@
 """The word lists a request asks for: stored lists by name (the default set when it names none) and
-its own terms (``banned_terms`` and aliases) as one more list named ``request``."""
+its own terms (``banned_terms`` and aliases) as one more list named ``request``, compiled in the bounded
+compile pool (:mod:`service.request_compiles`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES, check_regex_terms
-from guardrail.wordlists.wordlist import Term, WordList, WordListError, wordlist_from_terms
+from guardrail.wordlists.wordlist import WordList
 from service.catalog import UnknownWordList
 from service.errors import ApiError
-from service.runtime import REQUEST_LIST, Runtime
-from service.schemas.terms import TermItem, to_terms
+from service.request_compiles import check_compiles, invalid_term
+from service.runtime import Runtime
+from service.schemas.terms import TermItem
 from service.stores.store import StoredWordList
+
+__all__ = ["check_compiles", "invalid_term", "request_list", "stored_lists"]
 
 
 def stored_lists(runtime: Runtime, names: Sequence[str] | None) -> tuple[StoredWordList, ...]:
@@ -27,49 +30,14 @@ def stored_lists(runtime: Runtime, names: Sequence[str] | None) -> tuple[StoredW
                        code="wordlist_not_found") from None
 
 
-def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "banned_terms") -> WordList | None:
-    """The request's own terms as a list named ``request`` (None without terms).
+async def request_list(runtime: Runtime, terms: Sequence[TermItem], param: str = "banned_terms") -> WordList | None:
+    """The request's own terms as a list named ``request`` (None without terms), compiled off the event loop
+    within the request compile budget (:meth:`service.request_compiles.RequestCompiler.request_list`).
 
     Raises:
-        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS``; 400 naming the bad term (``banned_terms.3``),
-            regex terms whose automaton is over the request limit included.
+        ApiError: 413 beyond ``GUARDRAIL_MAX_REQUEST_TERMS`` or ``GUARDRAIL_MAX_REQUEST_REGEX_TERMS``; 400
+            naming the bad term (``banned_terms.3``), regex terms whose automaton is over the request limit
+            included, or the field when the terms together are over it or over the time budget; 503
+            ``compile_busy`` when the compile pool and its wait are full.
     """
-    if not terms:
-        return None
-    limit = runtime.settings.max_request_terms
-    if len(terms) > limit:
-        raise ApiError(413, f"{len(terms)} request terms exceed the limit of {limit} (GUARDRAIL_MAX_REQUEST_TERMS)",
-                       param=param, code="too_many_terms")
-    items = to_terms(list(terms))
-    try:
-        wordlist = wordlist_from_terms(items, name=REQUEST_LIST)
-    except WordListError as exc:
-        raise invalid_term(exc, param) from None
-    check_compiles(wordlist, items, param, MAX_REQUEST_REGEX_DFA_STATES)
-    return wordlist
-
-
-def check_compiles(wordlist: WordList, items: Sequence[str | Term], param: str, max_states: int) -> None:
-    """Check that the regex terms of ``wordlist`` (built from ``items``) compile within ``max_states``
-    automaton nodes, which parsing alone cannot tell (docs/matching.md, "Regex terms").
-
-    Raises:
-        ApiError: 400 naming ``param.<index>`` (the index in ``items``), the term and the reason; ``param``
-            alone when only the regex terms together are too large.
-    """
-    if not any(term.regex for term in wordlist.terms):
-        return
-    try:
-        check_regex_terms(wordlist, max_states)
-    except WordListError as exc:
-        if exc.line is not None:  # a line of the deduplicated list: find the request item it came from
-            term = wordlist.terms[exc.line - 1]
-            index = next(i for i, item in enumerate(items, start=1) if wordlist_from_terms([item]).terms[0] == term)
-            exc = WordListError(exc.reason, exc.source, index)
-        raise invalid_term(exc, param) from None
-
-
-def invalid_term(exc: WordListError, param: str) -> ApiError:
-    """The 400 for a term the core refused; ``exc.line`` (1-based index) becomes ``param.<index>``."""
-    index = f".{exc.line - 1}" if exc.line else ""
-    return ApiError(400, f"invalid term: {exc.reason}", param=f"{param}{index}", code="invalid_term")
+    return await runtime.compiler.request_list(terms, param)

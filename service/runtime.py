@@ -15,22 +15,26 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cachetools import LRUCache
 from transformers.utils import logging as transformers_logging
 
 from guardrail.engines.base import Engine
+from guardrail.grammar import matcher as grammar_matcher
+from guardrail.guard.escalation import ESCALATION_ARTEFACTS
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
+from guardrail.matching.regex import automaton as regex_automaton
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
 from guardrail.models import load_tokenizer
 from guardrail.params import SamplingParams
+from guardrail.sized_cache import SizedLRU
 from guardrail.wordlists.wordlist import WordList, bundled_names, bundled_wordlist, load_wordlist, with_obfuscation
 from service.catalog import WordListCatalog
 from service.engines import build_engine
 from service.metrics import GlobalFamilies, ServiceMetrics
+from service.request_compiles import REQUEST_LIST, RequestCompiler
 from service.settings import Settings
 from service.stores.embedded import EmbeddedStore
 from service.stores.redis_store import RedisStore
@@ -39,9 +43,7 @@ from service.worker import GenerationWorker
 
 log = logging.getLogger("guardrail.service")
 
-_TEXT_MATCHERS_KEPT = 32
-#: The name of the list that carries a request's own terms (``banned_terms``): compiled per request, never cached.
-REQUEST_LIST = "request"
+__all__ = ["REQUEST_LIST", "Runtime", "default_set", "open_store", "seed_lists"]
 
 
 def open_store(settings: Settings) -> WordListStore:
@@ -105,6 +107,7 @@ class Runtime:
             redis_timeout_s=settings.redis_timeout_s,
             on_lookup=lambda layer: metrics.artefact_cache_lookups.labels(layer).inc(),
             on_compile=metrics.compile_duration.observe,
+            max_memory_bytes=settings.artefact_cache_bytes,
         )
         self.default_wordlists = default_set(settings)
         self.catalog = WordListCatalog(self.store, metrics, lambda: seed_lists(settings),
@@ -112,9 +115,20 @@ class Runtime:
         # One worker thread per stream the engine runs at once, each blocked on its own stream's events.
         threads = max(settings.max_concurrent, self.engine.capacity)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
-        # Shared by the worker threads; cachetools caches are not thread-safe, hence the lock.
-        self._text_matchers: LRUCache[tuple[object, ...], TextMatcher] = LRUCache(_TEXT_MATCHERS_KEPT)
-        self._matchers_lock = threading.Lock()
+        # Shared by the worker threads (SizedLRU takes its own lock), bounded by bytes.
+        self._text_matchers: SizedLRU[tuple[object, ...], TextMatcher] = SizedLRU(settings.text_matcher_cache_bytes)
+        # A request's own terms compile in a pool of their own, within a budget (service/request_compiles.py).
+        self.compiler = RequestCompiler(settings, metrics)
+        ESCALATION_ARTEFACTS.resize(settings.escalation_cache_bytes)
+        grammar_matcher.resize_grammar_cache(settings.grammar_cache_bytes)
+        metrics.watch_cache("artefacts", lambda: self.artefacts.memory_bytes, settings.artefact_cache_bytes)
+        metrics.watch_cache("text_matchers", lambda: self._text_matchers.bytes, settings.text_matcher_cache_bytes)
+        metrics.watch_cache("escalation", lambda: ESCALATION_ARTEFACTS.bytes, settings.escalation_cache_bytes)
+        metrics.watch_cache("grammars", lambda: grammar_matcher.GRAMMARS.bytes, settings.grammar_cache_bytes)
+        metrics.watch_cache("regex_automata", lambda: regex_automaton.AUTOMATA.bytes,
+                            regex_automaton.AUTOMATON_CACHE_BYTES)
+        metrics.watch_cache("compile_refusals", lambda: self.compiler.refusals_bytes,
+                            settings.compile_refusal_cache_bytes)
 
     def start(self) -> None:
         """Load the word lists, start the worker, and compile the default set's artefact in the background.
@@ -138,6 +152,7 @@ class Runtime:
         threading.Thread(target=self._warm_up, name="guardrail-warmup", daemon=True).start()
 
     def close(self) -> None:
+        self.compiler.close()
         self.worker.stop()
         self.engine.close()
         self.catalog.stop()
@@ -212,13 +227,11 @@ class Runtime:
         """The text matcher for these list versions at this obfuscation setting (for lists without their
         own; built once per combination, LRU-kept)."""
         key = (*((s.wordlist.name, s.version) for s in stored), obfuscation)
-        with self._matchers_lock:
-            found = self._text_matchers.get(key)  # a hit counts as a use (LRU order)
+        found = self._text_matchers.get(key)  # a hit counts as a use (LRU order)
         if found is not None:
             return found
-        # Built outside the lock (it can take a while); two threads may build the same one, the last one kept.
+        # Built outside any lock (it can take a while); two threads may build the same one, the last one kept.
         matcher = TextMatcher([s.wordlist for s in stored], obfuscation=obfuscation)
-        with self._matchers_lock:
-            self._text_matchers[key] = matcher
+        self._text_matchers.put(key, matcher)
         return matcher
 

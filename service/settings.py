@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
+from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES
 from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
@@ -188,6 +189,41 @@ class Settings(BaseSettings):
         MAX_TERMS, ge=1, le=MAX_TERMS, description="Terms + allow-terms in one stored list (413 beyond)."
     )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
+    max_request_regex_terms: int = Field(
+        100, ge=0, description="Regex terms (re:...) among a request's own terms (413 beyond): each may cost "
+        "thousands of automaton states to compile.")
+    request_compile_workers: int = Field(
+        2, ge=1, description="Threads that compile requests' own terms (a pool of their own, never the event loop "
+        "nor the default thread pool).")
+    request_compile_queue: int = Field(
+        8, ge=0, description="Request compiles that may wait for a compile thread; beyond, 503 compile_busy at once "
+        "(with Retry-After) instead of an unbounded queue.")
+    request_compile_time_s: float = Field(
+        1.0, gt=0, description="Compile budget of one request's own terms, seconds of compile thread time (its "
+        "wait for a thread not counted): a 400 naming the field beyond.")
+    request_compile_max_states: int = Field(
+        MAX_REQUEST_REGEX_DFA_STATES, ge=1, le=MAX_REQUEST_REGEX_DFA_STATES,
+        description="Automaton states a request's regex terms may need together (400 naming the term or the field "
+        "beyond); at most the engine's own request limit.")
+    compile_refusal_ttl_s: float = Field(
+        300.0, ge=0, description="How long a refused set of request terms is answered from memory (the same 400, "
+        "no compile), seconds; 0 = not kept.")
+    compile_refusal_cache_bytes: int = Field(
+        4 * 1024 * 1024, ge=1, description="Bytes of refused term sets (their term text) kept for that.")
+    max_schema_bytes: int = Field(
+        256 * 1024, ge=1, description="A JSON schema or grammar a request sends (response_format, a tool's "
+        "parameters, text.format ...) in bytes of compact JSON (400 naming the field beyond).")
+    max_schema_depth: int = Field(32, ge=1, description="Nesting of objects and arrays in one such schema.")
+    max_schema_properties: int = Field(5000, ge=1, description="Object keys in one such schema, all levels together.")
+    grammar_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Compiled grammars (structured output, tool calls) kept, bytes.")
+    artefact_cache_bytes: int = Field(
+        1024 * 1024 * 1024, ge=1, description="Compiled word-list artefacts kept in memory, bytes (as weighed "
+        "when built; lazy artefacts grow with use).")
+    text_matcher_cache_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="Text matchers (/v1/check, /v1/moderations, input checks) kept, bytes.")
+    escalation_cache_bytes: int = Field(
+        128 * 1024 * 1024, ge=1, description="Escalation artefacts (evasion guard) kept, bytes.")
     max_rollbacks: int = Field(64, ge=0, description="Rollback budget of one generation.")
     max_rollbacks_per_position: int = Field(8, ge=0, description="Rollback budget at one position.")
     evasion_guard: EvasionGuard = Field(

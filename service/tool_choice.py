@@ -12,6 +12,7 @@ from typing import Any
 from guardrail.grammar.format import StructuredOutput
 from service.errors import ApiError
 from service.runtime import Runtime
+from service.schema_limits import check_schema
 from service.tool_calls import PARSERS, ToolCall, ToolCallParser
 from service.tool_grammar import Mode, ToolSpec, schema_error, tool_grammar
 
@@ -56,10 +57,16 @@ def tool_use(runtime: Runtime, functions: Sequence[dict[str, Any]], mode: Mode, 
         choice_param: the request field of the tool choice.
 
     Raises:
-        ApiError: 400 naming ``choice_param`` (a forced call) or ``tools`` (a strict tool) when the engine
+        ApiError: 400 ``schema_too_large`` naming tool ``i``'s schema beyond the schema limits
+            (:mod:`service.schema_limits`); 400 naming ``choice_param`` (a forced call) or ``tools`` (a strict
+            tool) when the engine
             cannot generate under a grammar (docs/structured-output.md, "Engines"); naming tool ``i``'s schema
             when it does not compile.
     """
+    for i, function in enumerate(functions):  # every tool's schema, before anything compiles or renders it
+        parameters = (function.get("function") or {}).get("parameters")
+        if parameters is not None:
+            check_schema(parameters, schema_param(i), runtime.settings)
     parser_name = runtime.settings.tool_call_parser
     parser = PARSERS[parser_name]
     specs = [ToolSpec.from_function(f) for f in functions]

@@ -31,6 +31,7 @@ import torch
 
 from guardrail.grammar.format import FIELD, JSON_LAYOUT, StructuredOutput
 from guardrail.matching.vocab import TokenVocab
+from guardrail.sized_cache import SizedLRU
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
@@ -41,8 +42,18 @@ JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": JSON_LAYOUT["whitespa
                                     "key_separator": JSON_LAYOUT["key_separator"]}
 
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
-_GRAMMARS: dict[tuple[str, str], str] = {}  # (vocab fingerprint, schema text) -> validated grammar
-_GRAMMAR_CACHE_SIZE = 256
+#: Bytes of validated grammars kept (``GUARDRAIL_GRAMMAR_CACHE_BYTES`` in the service): a grammar embeds its
+#: schema, so 256 of a schema padded to 4 MB would be 1 GB; weighed by the key's and the grammar's text.
+GRAMMAR_CACHE_BYTES = 64 * 1024 * 1024
+
+
+def _grammar_bytes(entry: tuple[str, str]) -> int:
+    schema, grammar = entry
+    return len(schema.encode()) + len(grammar.encode()) + 256
+
+
+# (vocab fingerprint, schema text) -> (schema text, validated grammar)
+GRAMMARS: SizedLRU[tuple[str, str], tuple[str, str]] = SizedLRU(GRAMMAR_CACHE_BYTES, _grammar_bytes)
 _LOCK = threading.Lock()
 
 
@@ -87,9 +98,9 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
     from llguidance import LLMatcher
 
     key = (fingerprint, spec.schema)
-    grammar = _GRAMMARS.get(key)
-    if grammar is not None:
-        return grammar
+    found = GRAMMARS.get(key)
+    if found is not None:
+        return found[1]
     what = "grammar" if spec.kind == "lark" else "JSON schema"
     try:
         if spec.kind == "lark":
@@ -101,11 +112,18 @@ def compile_grammar(spec: StructuredOutput, lltokenizer: Any, fingerprint: str) 
         raise ValueError(f"{FIELD}: invalid {what}: {exc}") from None
     if is_error:
         raise ValueError(f"{FIELD}: invalid {what}: {messages[0] if messages else 'rejected by llguidance'}")
-    with _LOCK:
-        if len(_GRAMMARS) >= _GRAMMAR_CACHE_SIZE:
-            _GRAMMARS.pop(next(iter(_GRAMMARS)))  # oldest first: dicts keep insertion order
-        _GRAMMARS[key] = grammar
+    GRAMMARS.put(key, (spec.schema, grammar))  # least recently used out beyond GRAMMAR_CACHE_BYTES
     return grammar
+
+
+def resize_grammar_cache(max_bytes: int) -> None:
+    """Bound the grammar cache by ``max_bytes`` from now on (what it holds is dropped).
+
+    Raises:
+        ValueError: ``max_bytes`` < 1.
+    """
+    global GRAMMARS
+    GRAMMARS = SizedLRU(max_bytes, _grammar_bytes)
 
 
 def _byte_penalties() -> np.ndarray:

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-from cachetools import LRUCache
 
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.term_spec import AllowSpec, TermSpec, term_spec
 from guardrail.matching.token_matcher import Hit, TokenMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import EvasionGuard
+from guardrail.sized_cache import SizedLRU, deep_sizeof
 from guardrail.wordlists.wordlist import MatchMode, Term
 
 #: Terms with fewer letters and digits are not escalated: as substrings they hide in innocent words
@@ -51,8 +52,9 @@ MAX_EDIT_CHARS = 32
 #: What an inserted or substituted character may be: anything but a space (a space would split the word,
 #: and "spa is" is not "paris" misspelled).
 _EDIT_WILDCARD = "[^ ]"
-#: Compiled escalation artefacts kept per process (one per distinct term, case rule and allow-term set).
-ESCALATION_CACHE_SIZE = 256
+#: Bytes of compiled escalation artefacts kept per process (one per distinct term, case rule and allow-term set;
+#: ``GUARDRAIL_ESCALATION_CACHE_BYTES`` in the service).
+ESCALATION_CACHE_BYTES = 128 * 1024 * 1024
 
 
 def _letters(text: str) -> str:
@@ -120,24 +122,44 @@ def _regex_spec(term: TermSpec, pattern: str) -> TermSpec:
 
 
 class EscalationCache:
-    """Compiled escalation artefacts, least recently used dropped beyond ``size`` (thread-safe).
+    """Compiled escalation artefacts, least recently used dropped beyond ``max_bytes`` (thread-safe).
 
     An artefact is compiled lazily (no vocab sweep: :class:`~guardrail.matching.artefact.Artefact` with
     ``lazy=True``, milliseconds plus, once per process and vocab, the token-text index) and then shared by
-    every request that escalates the same term; its memoised transitions and completing sets grow with use.
-    It holds no per-request state (the :class:`Escalation` does).
+    every request that escalates the same term; its memoised transitions and completing sets grow with use
+    (it is weighed when kept). It holds no per-request state (the :class:`Escalation` does).
 
     Args:
-        size: artefacts kept (>= 1).
+        max_bytes: bytes of artefacts kept (>= 1).
+        sizeof: an artefact's weight in bytes (default: :func:`~guardrail.sized_cache.deep_sizeof` without the
+            vocab it shares).
+
+    Raises:
+        ValueError: ``max_bytes`` < 1.
     """
 
-    def __init__(self, size: int = ESCALATION_CACHE_SIZE):
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size!r}")
-        self.size = size
-        self._artefacts: LRUCache[tuple, Artefact] = LRUCache(size)  # guarded by _lock
+    def __init__(self, max_bytes: int = ESCALATION_CACHE_BYTES, sizeof: Callable[[Artefact], int] | None = None):
+        self._sizeof = sizeof or (lambda artefact: deep_sizeof(artefact, shared=(artefact.vocab,)))
+        self._artefacts: SizedLRU[tuple, Artefact] = SizedLRU(max_bytes, self._sizeof)
         self._lock = threading.Lock()
         self.compiles = 0
+
+    @property
+    def max_bytes(self) -> int:
+        return self._artefacts.max_bytes
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the kept artefacts weigh (as weighed when kept)."""
+        return self._artefacts.bytes
+
+    def resize(self, max_bytes: int) -> None:
+        """Bound the cache by ``max_bytes`` from now on (what it holds is dropped).
+
+        Raises:
+            ValueError: ``max_bytes`` < 1.
+        """
+        self._artefacts = SizedLRU(max_bytes, self._sizeof)
 
     def __len__(self) -> int:
         return len(self._artefacts)
@@ -145,23 +167,22 @@ class EscalationCache:
     def get(self, vocab: TokenVocab, terms: tuple[TermSpec, ...], allows: tuple[AllowSpec, ...]) -> Artefact:
         """The artefact of ``terms`` (from :func:`escalation_terms`) with ``allows`` for ``vocab``."""
         key = (vocab.fingerprint, terms, allows)
-        with self._lock:
-            found = self._artefacts.get(key)  # a hit becomes the most recently used
-            if found is not None:
-                return found
+        found = self._artefacts.get(key)  # a hit becomes the most recently used
+        if found is not None:
+            return found
         # Compiled outside the lock (a few ms; the first use in a process also builds the token-text
         # index); two requests racing on one term compile it twice and keep the first.
         built = Artefact(vocab, terms, allows, lazy=True)
         with self._lock:
             found = self._artefacts.get(key)
             if found is None:
-                found = self._artefacts[key] = built
+                found = built
                 self.compiles += 1
+                self._artefacts.put(key, built)
         return found
 
     def clear(self) -> None:
-        with self._lock:
-            self._artefacts.clear()
+        self._artefacts.clear()
 
 
 #: The process-wide cache every guard session uses.

@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
-from cachetools import LRUCache
-
 from guardrail.atomic_file import write_atomically
 from guardrail.matching.artefact import Artefact
 from guardrail.matching.codec import ArtefactFormatError, decode_artefact, encode_artefact
@@ -32,6 +30,7 @@ from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
 from guardrail.matching.vocab import TokenVocab
 from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
+from guardrail.sized_cache import SizedLRU, deep_sizeof
 from guardrail.wordlists.wordlist import WordList
 
 log = logging.getLogger(__name__)
@@ -41,6 +40,8 @@ REDIS_TTL_SECONDS = 30 * 24 * 3600
 #: Default bound of the disk layer: ~200 Gemma 3 artefacts of one case mode (9 bytes per token and case
 #: mode plus 1 per token: ~2.6 MB each), ~1000 SmolLM2 ones.
 DEFAULT_MAX_DISK_BYTES = 512 * 1024 * 1024
+#: Default bound of the in-process layer, bytes of artefacts (as weighed when kept: lazy tables grow with use).
+DEFAULT_MAX_MEMORY_BYTES = 1024 * 1024 * 1024
 
 
 class ArtefactCache:
@@ -49,7 +50,9 @@ class ArtefactCache:
     Args:
         redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
         cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
-        max_memory_items: artefacts kept in the in-process LRU (>= 1).
+        max_memory_bytes: bytes of artefacts kept in the in-process LRU (>= 1), each weighed by
+            :func:`guardrail.sized_cache.deep_sizeof` without the vocab it shares; one heavier than the bound is
+            served but not kept.
         max_disk_bytes: bound of the disk layer in bytes: after each write, the least recently used
             files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
             just written is always kept. ``None``: unbounded.
@@ -60,26 +63,33 @@ class ArtefactCache:
         on_compile: called with the compile duration in seconds after every compile.
     """
 
-    def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None, max_memory_items: int = 8,
+    def __init__(self, redis_url: str | None = None, cache_dir: str | Path | None = None,
+                 max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
                  key_prefix: str = "guardrail:", on_lookup: Callable[[str], None] | None = None,
                  on_compile: Callable[[float], None] | None = None,
                  max_disk_bytes: int | None = DEFAULT_MAX_DISK_BYTES, redis_timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_disk_bytes is not None and max_disk_bytes < 0:
             raise ValueError(f"max_disk_bytes must be >= 0 or None, got {max_disk_bytes}")
-        if max_memory_items < 1:
-            raise ValueError(f"max_memory_items must be >= 1, got {max_memory_items}")
+        if max_memory_bytes < 1:
+            raise ValueError(f"max_memory_bytes must be >= 1, got {max_memory_bytes}")
         self.cache_dir = Path(cache_dir) / "artefacts" if cache_dir is not None else None
-        self.max_memory_items = max_memory_items
+        self.max_memory_bytes = max_memory_bytes
         self.max_disk_bytes = max_disk_bytes
         self.key_prefix = key_prefix
         self._on_lookup = on_lookup or (lambda layer: None)
         self._on_compile = on_compile or (lambda seconds: None)
-        self._memory: LRUCache[str, Artefact] = LRUCache(max_memory_items)  # guarded by _lock
+        self._memory: SizedLRU[str, Artefact] = SizedLRU(
+            max_memory_bytes, lambda artefact: deep_sizeof(artefact, shared=(artefact.vocab,)))
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._redis = None
         if redis_url:  # redis is an edge dependency, imported by bounded_client only when a URL is configured
             self._redis = bounded_client(redis_url, redis_timeout_s)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the in-process layer holds now (as weighed when each artefact was kept)."""
+        return self._memory.bytes
 
     def redis_key(self, key: str) -> str:
         return f"{self.key_prefix}artefact:{key}"
@@ -91,15 +101,14 @@ class ArtefactCache:
             WordListError: if the lists do not compile (nothing is cached then).
         """
         key = artefact_key(vocab, wordlists)
+        found = self._memory.get(key)  # a hit becomes the most recently used
         with self._lock:
-            found = self._memory.get(key)  # a hit becomes the most recently used
             if found is not None:
                 self._on_lookup("memory")
                 return found, "memory"
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:  # one compile per key even when many requests miss at once
-            with self._lock:
-                found = self._memory.get(key)
+            found = self._memory.get(key)
             layer, redis_answered = "memory", True
             if found is None:
                 found, layer, redis_answered = self._load(vocab, key)
@@ -132,8 +141,8 @@ class ArtefactCache:
         return CombinedArtefact(self.get(vocab, stored)[0], extra) if stored else extra
 
     def _remember(self, key: str, artefact: Artefact) -> None:
+        self._memory.put(key, artefact)  # weighed outside _lock (a walk over the artefact's tables)
         with self._lock:
-            self._memory[key] = artefact
             self._key_locks.pop(key, None)
 
     def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str, bool]:

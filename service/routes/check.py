@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.wordlists.wordlist import WordList
@@ -35,10 +36,13 @@ class Scanner:
     runtime: Runtime
 
     @classmethod
-    def for_request(cls, runtime: Runtime, request: Request, wordlists: Sequence[str] | None, terms: Sequence[TermItem],
-                    terms_param: str, obfuscation: str | None) -> Scanner:
-        """Raises:
-            ApiError: 403 naming the field the caller's policy does not allow; 404 for an unknown list.
+    async def for_request(cls, runtime: Runtime, request: Request, wordlists: Sequence[str] | None,
+                          terms: Sequence[TermItem], terms_param: str, obfuscation: str | None) -> Scanner:
+        """The request's own terms compile in the compile pool (:mod:`service.request_compiles`).
+
+        Raises:
+            ApiError: 403 naming the field the caller's policy does not allow; 404 for an unknown list; what
+                :func:`service.request_lists.request_list` raises for the request's terms.
         """
         caller = caller_of(request)
         policy = caller.policy if caller is not None else ANONYMOUS_POLICY
@@ -48,7 +52,7 @@ class Scanner:
             level = policy.obfuscation_for(obfuscation, runtime.settings.obfuscation)
         except PolicyViolation as exc:
             raise ApiError(403, str(exc), param=exc.param, code="not_allowed") from None
-        return cls(stored_lists(runtime, names), request_list(runtime, terms), level, runtime)
+        return cls(stored_lists(runtime, names), await request_list(runtime, terms, terms_param), level, runtime)
 
     @property
     def list_names(self) -> list[str]:
@@ -67,7 +71,7 @@ class Scanner:
              responses=documented_errors(e401="Missing or unknown API key.", e403="Not allowed by the key's policy.",
                                          e404="Unknown word list.", e429="The API key's rate limit.",
                                          e413="Body or request terms beyond the server's limits."))
-def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckResponse:
+async def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckResponse:
     """Every occurrence of a term of the chosen lists (and of ``banned_terms``), overlapping ones too;
     the first ``MAX_CHECK_MATCHES`` (1000) by position are listed, ``match_count`` counts them all.
 
@@ -78,10 +82,13 @@ def check(body: CheckRequest, runtime: RuntimeDep, request: Request) -> CheckRes
     obfuscation floor). ``term`` is given only for lists the caller may read
     (:func:`service.tenants.access.may_read_list`), else null: a private list cannot be read out by scanning
     a dictionary.
+
+    The request's terms compile in the bounded compile pool; the scan (megabytes take a while) runs in the
+    thread pool, never on the event loop.
     """
-    scanner = Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
-                                  "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
-    found = scanner.scan(body.text)
+    scanner = await Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
+                                        "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
+    found = await run_in_threadpool(scanner.scan, body.text)
     first = heapq.nsmallest(MAX_CHECK_MATCHES, found, key=lambda m: (m.start, m.end, m.list_name))
     caller = caller_of(request)
     readable = {name: may_read_list(caller, name, admin=False) for name in {m.list_name for m in first}}

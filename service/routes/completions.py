@@ -93,8 +93,8 @@ async def create_completion(body: CompletionRequest, request: Request, response:
     fields: dict[str, object] = {"endpoint": ENDPOINT, "request_id": request.state.request_id}
     if runtime.settings.debug_log_prompts:
         fields["prompt"] = prompt
-    prepared = prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt",
-                       caller=caller_of(request))
+    prepared = await prepare(runtime, body, prompt_ids, body.token_limit(), fields, prompt_param="prompt",
+                             caller=caller_of(request))
     shape = CompletionShape(logprobs=prepared.generation.params.logprobs is not None)
     answer = await respond(runtime, request, prepared, shape, ENDPOINT)
     if isinstance(answer, dict):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from service.auth import require_client
 from service.deps import RuntimeDep
@@ -22,17 +23,23 @@ router = APIRouter(prefix="/v1", tags=["check"], dependencies=[Depends(require_c
              responses=documented_errors(e401="Missing or unknown API key.", e403="Not allowed by the key's policy.",
                                          e404="Unknown word list.", e429="The API key's rate limit.",
                                          e413="Body or request terms beyond the server's limits."))
-def moderate(body: ModerationRequest, runtime: RuntimeDep, request: Request) -> ModerationResponse:
+async def moderate(body: ModerationRequest, runtime: RuntimeDep, request: Request) -> ModerationResponse:
     """One result per input: ``flagged`` and, by list, ``categories`` (bool) and ``category_scores`` (1.0 or 0.0).
-    Synchronous: FastAPI runs it in its thread pool, as scanning megabytes takes a while."""
-    scanner = Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
-                                  "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
+    The request's terms compile in the bounded compile pool; the scans (megabytes take a while) run in the thread
+    pool, never on the event loop."""
+    scanner = await Scanner.for_request(runtime, request, body.wordlists, body.request_terms(),
+                                        "bad_words" if body.bad_words else "banned_terms", body.obfuscation)
     names = scanner.list_names
-    results = []
-    for text in body.inputs():
-        hit = {match.list_name for match in scanner.scan(text)}
-        results.append(ModerationResult(
-            flagged=bool(hit), categories={name: name in hit for name in names},
-            category_scores={name: 1.0 if name in hit else 0.0 for name in names},
-            category_applied_input_types={name: ["text"] for name in names}))
+
+    def scan_all() -> list[ModerationResult]:
+        results = []
+        for text in body.inputs():
+            hit = {match.list_name for match in scanner.scan(text)}
+            results.append(ModerationResult(
+                flagged=bool(hit), categories={name: name in hit for name in names},
+                category_scores={name: 1.0 if name in hit else 0.0 for name in names},
+                category_applied_input_types={name: ["text"] for name in names}))
+        return results
+
+    results = await run_in_threadpool(scan_all)
     return ModerationResponse(id=f"modr-{uuid.uuid4().hex}", model=body.model or DEFAULT_MODEL, results=results)

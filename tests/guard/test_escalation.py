@@ -278,7 +278,7 @@ def test_unknown_mode_is_rejected_by_name(hello, smollm2_vocab):
 
 
 def test_the_cache_keeps_the_most_recently_used(smollm2_vocab, lists):
-    cache = EscalationCache(size=2)
+    cache = EscalationCache(max_bytes=2, sizeof=lambda artefact: 1)  # two artefacts of weight 1
     terms, allows = flatten([wordlist_from_terms(["hello", "world", "there"])])
     first = cache.get(smollm2_vocab, escalation_terms(terms[0], "substring"), allows)
     cache.get(smollm2_vocab, escalation_terms(terms[1], "substring"), allows)

@@ -29,7 +29,7 @@ dictionary lookup per character (memoised per node, like the Aho–Corasick auto
 
 from __future__ import annotations
 
-import functools
+import time
 from collections.abc import Sequence
 
 from guardrail.matching.automaton import StreamState
@@ -37,6 +37,7 @@ from guardrail.matching.charset import Alphabet
 from guardrail.matching.normalize import FoldedChars, is_word_char
 from guardrail.matching.regex.nfa import Nfa
 from guardrail.matching.term_spec import TermSpec, term_spec
+from guardrail.sized_cache import SizedLRU
 from guardrail.wordlists.regex_syntax import RegexError
 from guardrail.wordlists.wordlist import MatchMode, WordList, WordListError
 
@@ -53,6 +54,20 @@ MAX_REGEX_DFA_STATES = 50_000
 #: pattern costs ~0.2 s of that request, not ~1 s.
 MAX_REQUEST_REGEX_DFA_STATES = 10_000
 
+#: Bytes of compiled automata kept for reuse (request terms repeat; a stored list's artefact build and the
+#: text matcher compile the same patterns): ~16 automata of the request limit, ~2 of the stored-list limit.
+AUTOMATON_CACHE_BYTES = 64 * 1024 * 1024
+
+
+#: States added between two voluntary releases of the GIL by a budgeted compile (~0.2-1 ms of work).
+_YIELD_EVERY = 8
+
+
+class CompileBudgetExceeded(RegexError):
+    """The compile ran past its deadline (``construct`` ``"compile time"``): the caller's time budget, not a
+    property of one term."""
+
+
 #: Node ids fixed by construction: the text start (nothing pending, a non-word context), and a fresh
 #: context after a word character (used to test whether a token completes a match in any context).
 START_NODE, WORD_START_NODE = 0, 1
@@ -68,17 +83,20 @@ class RegexAutomaton:
             :data:`MAX_REQUEST_REGEX_DFA_STATES` (a request's terms).
         nfa: the NFA to determinise instead of the one of ``patterns`` (obfuscated terms:
             :class:`~guardrail.matching.obfuscation.nfa.ObfuscationNfa`).
+        deadline: ``time.monotonic()`` past which the construction stops (None: no limit). Checked as nodes are
+            added, so a compile in a worker thread (which cannot be killed) ends within about one node's work.
 
     Raises:
         RegexError: too many NFA states for a term, or more than ``max_states`` DFA nodes
             (``construct`` ``"automaton size"``); :func:`compile_regex_stream` names the term.
+        CompileBudgetExceeded: past ``deadline``.
     """
 
     #: Tells the artefact's mask and retry-ban code which kind of stream this is.
     regex = True
 
     def __init__(self, patterns: Sequence[tuple[str, MatchMode]], case_sensitive: bool,
-                 max_states: int = MAX_REGEX_DFA_STATES, nfa: Nfa | None = None):
+                 max_states: int = MAX_REGEX_DFA_STATES, nfa: Nfa | None = None, deadline: float | None = None):
         self.case_sensitive = case_sensitive
         self.patterns = tuple(patterns)
         if nfa is None:
@@ -92,6 +110,7 @@ class RegexAutomaton:
         self._subsets = subsets = _Subsets(nfa, alphabet)
         self._uncounted = uncounted
         self._max_states = max_states
+        self._deadline = deadline
         self._keys: dict[tuple, int] = {}
         self._order: list[tuple] = []
         self.depth: list[int] = []
@@ -112,6 +131,7 @@ class RegexAutomaton:
             while index < len(self._order):
                 self._expand(index)
                 index += 1
+        self._deadline = None  # the budget was the compile's; a lazy automaton grows later, on its own terms
         self.nfa_states = nfa.num_states
         #: Terms whose report can wait for the next character (see :meth:`completes_inside`; for a lazy
         #: automaton, those of the nodes built so far).
@@ -131,6 +151,12 @@ class RegexAutomaton:
     #: whose automata are made from terms, not from patterns a user wrote: their size is linear in the terms).
     lazy = False
 
+    def approx_bytes(self) -> int:
+        """What the automaton holds, bytes, estimated from its size: per node a row of ``alphabet.size`` node
+        ids (a list of 8-byte pointers), its key, report tuples and memo (~700 bytes, measured with
+        :func:`guardrail.sized_cache.deep_sizeof` on request-sized automata)."""
+        return self.num_nodes * (8 * self.alphabet.size + 700) + 4096
+
     @property
     def num_nodes(self) -> int:
         """DFA nodes (for a lazy automaton: built so far)."""
@@ -139,6 +165,14 @@ class RegexAutomaton:
     def _node_of(self, key: tuple) -> int:
         found = self._keys.get(key)
         if found is None:
+            if self._deadline is not None:
+                if time.monotonic() > self._deadline:
+                    raise CompileBudgetExceeded("compile time", "the regex terms did not compile within the time "
+                                                "budget")
+                if len(self._order) % _YIELD_EVERY == 0:
+                    # A budgeted compile runs beside a server's event loop: hand the GIL over now and then (a
+                    # waiting thread otherwise waits out the 5 ms switch interval, once per compile thread).
+                    time.sleep(0)
             if len(self._order) >= self._max_states:
                 raise RegexError("automaton size", f"the regex terms need more than {self._max_states} automaton "
                                  "states: a pattern tracks too many overlapping positions (like a.{0,30}b); "
@@ -399,22 +433,34 @@ class _Subsets:
         return done, moves
 
 
-@functools.lru_cache(maxsize=16)
-def _cached(patterns: tuple[tuple[str, MatchMode], ...], case_sensitive: bool, max_states: int) -> RegexAutomaton:
-    return RegexAutomaton(patterns, case_sensitive, max_states)
+#: Compiled automata by (patterns, case mode); one is valid for any node limit at or above its size.
+AUTOMATA: SizedLRU[tuple, RegexAutomaton] = SizedLRU(AUTOMATON_CACHE_BYTES, lambda a: a.approx_bytes())
+
+
+def _cached(patterns: tuple[tuple[str, MatchMode], ...], case_sensitive: bool, max_states: int,
+            deadline: float | None) -> RegexAutomaton:
+    key = (patterns, case_sensitive)
+    found = AUTOMATA.get(key)
+    if found is not None and found.num_nodes <= max_states:
+        return found
+    built = RegexAutomaton(patterns, case_sensitive, max_states, deadline=deadline)
+    AUTOMATA.put(key, built)
+    return built
 
 
 def compile_regex_stream(specs: Sequence[TermSpec], case_sensitive: bool,
-                         max_states: int = MAX_REGEX_DFA_STATES) -> RegexAutomaton:
+                         max_states: int = MAX_REGEX_DFA_STATES, deadline: float | None = None) -> RegexAutomaton:
     """The :class:`RegexAutomaton` of ``specs`` (regex terms of one case mode), shared between artefacts
-    with the same patterns (an LRU of 16: request terms repeat; the automaton's memo writes are idempotent).
+    with the same patterns (an LRU of :data:`AUTOMATON_CACHE_BYTES`: request terms repeat; the automaton's
+    memo writes are idempotent).
 
     Raises:
-        WordListError: naming the list and the term (the first that is too large on its own), or the lists
-            when only the terms together exceed ``max_states``.
+        WordListError: naming the list and the term (one that is too large on its own, found by bisection), or
+            the lists when only the terms together exceed ``max_states``.
+        CompileBudgetExceeded: past ``deadline`` (``time.monotonic()``).
     """
     try:
-        return _build(specs, case_sensitive, max_states)
+        return _build(specs, case_sensitive, max_states, deadline)
     except _TooLarge as exc:
         if exc.index is not None:
             spec = specs[exc.index]
@@ -431,19 +477,40 @@ class _TooLarge(Exception):
         self.index, self.reason = index, reason
 
 
-def _build(specs: Sequence[TermSpec], case_sensitive: bool, max_states: int) -> RegexAutomaton:
+def _build(specs: Sequence[TermSpec], case_sensitive: bool, max_states: int,
+           deadline: float | None = None) -> RegexAutomaton:
+    """The automaton of ``specs``; when it is over a limit, the term at fault is found by bisection (a half
+    that fails alone holds a culprit): about ``2 log2(n)`` builds of at most ``max_states`` nodes each, not
+    one build per term. Every build stops at ``deadline``.
+
+    Raises:
+        _TooLarge: with the index of a term over a limit on its own, or None when only a set of terms together is.
+        CompileBudgetExceeded: past ``deadline``, the culprit search included.
+    """
+    patterns = [(spec.normalized, spec.match) for spec in specs]
     try:
-        return _cached(tuple((spec.normalized, spec.match) for spec in specs), case_sensitive, max_states)
+        return _cached(tuple(patterns), case_sensitive, max_states, deadline)
+    except CompileBudgetExceeded:
+        raise
     except RegexError as together:
-        for index, spec in enumerate(specs):
+        failing, reason = list(range(len(specs))), together.reason
+    while len(failing) > 1:
+        half = len(failing) // 2
+        for part in (failing[:half], failing[half:]):
             try:
-                _cached(((spec.normalized, spec.match),), case_sensitive, max_states)
-            except RegexError as alone:
-                raise _TooLarge(index, alone.reason) from None
-        raise _TooLarge(None, together.reason) from None
+                _cached(tuple(patterns[i] for i in part), case_sensitive, max_states, deadline)
+            except CompileBudgetExceeded:
+                raise
+            except RegexError as exc:
+                failing, reason = part, exc.reason
+                break
+        else:  # both halves compile: only the set together is too large
+            raise _TooLarge(None, reason)
+    raise _TooLarge(failing[0], reason)
 
 
-def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES, source: str = "<request>") -> None:
+def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES, source: str = "<request>",
+                      deadline: float | None = None) -> None:
     """Check that ``wordlist``'s regex terms compile: their rewrite over normalised text and the automaton
     limits, which parsing cannot check. The service calls it before it stores a list or queues a request
     (the automata are then in the LRU :func:`compile_regex_stream` reads).
@@ -451,6 +518,7 @@ def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES
     Raises:
         WordListError: from ``source``, with ``line`` = the 1-based index in ``wordlist.terms`` of the term
             at fault (``None`` when only the terms of one case mode together are too large).
+        CompileBudgetExceeded: past ``deadline`` (``time.monotonic()``; None: no limit).
     """
     for case_sensitive in (False, True):
         specs: list[TermSpec] = []
@@ -464,7 +532,7 @@ def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES
                 lines.append(line)
         if specs:
             try:
-                _build(specs, case_sensitive, max_states)
+                _build(specs, case_sensitive, max_states, deadline)
             except _TooLarge as exc:
                 if exc.index is None:
                     raise WordListError(f"the {len(specs)} regex terms together: {exc.reason}", source) from None
