@@ -16,11 +16,12 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
+from service.schemas.obfuscation import ObfuscationSetting
 from service.stores.store import DEFAULT_HISTORY
 
 #: Seconds past a request's own time limit before a silent generation is declared failed (service/worker.py).
@@ -170,8 +171,8 @@ class Settings(BaseSettings):
         DEFAULT_EVASION_GUARD, description="substring: a term that caused a rollback is also matched as a substring "
         "for the rest of that generation (glued and _-joined forms); edit: also with one edit of tolerance (terms "
         "of 5+ letters: misspellings); off. A request's evasion_guard overrides it.")
-    obfuscation: str = Field(
-        str(DEFAULT_OBFUSCATION), pattern=OBFUSCATION_PATTERN,
+    obfuscation: ObfuscationSetting = Field(
+        DEFAULT_OBFUSCATION,
         description="Which obfuscated forms of the terms also match, for lists and terms that set no level of their "
         "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
         "obfuscation overrides it.")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.wordlists.wordlist import WordList
 from service.auth import require_client
@@ -31,12 +32,12 @@ class Scanner:
 
     stored: tuple[StoredWordList, ...]
     requested: WordList | None
-    obfuscation: str
+    obfuscation: Obfuscation
     runtime: Runtime
 
     @classmethod
     def for_request(cls, runtime: Runtime, request: Request, wordlists: Sequence[str] | None, terms: Sequence[TermItem],
-                    terms_param: str, obfuscation: str | None) -> Scanner:
+                    terms_param: str, obfuscation: Obfuscation | None) -> Scanner:
         """Raises:
             ApiError: 403 naming the field the caller's policy does not allow; 404 for an unknown list.
         """
