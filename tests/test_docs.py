@@ -1,4 +1,5 @@
-"""Every repository path the docs name exists (README.md and docs/*.md).
+"""Every repository path the docs name exists (README.md and docs/*.md), and the glossary's code names are the
+code's.
 
 A path is a backticked token or a link target whose first part is a folder of the repository (``guardrail/``,
 ``service/``, ``tests/``, ``bench/``, ``helm/``, ``docs/``, ``scripts/``, ``wordlists/``…) or of a package
@@ -98,3 +99,31 @@ def test_the_check_finds_a_dead_path(tmp_path):
                    "`matching/textmatch.py`, `/console/ops` and `docs/<name>.md`.\n", encoding="utf-8")
     assert sorted(dead_paths(doc)) == ["doc.md:1: guardrail/matching/nowhere.py", "doc.md:1: tests/nope.py",
                                        "doc.md:2: gone.md", "doc.md:3: tests/none/*.py"]
+
+
+def glossary_code_names() -> list[tuple[str, str]]:
+    """``(term, name)`` for every code name the "in code" column of docs/design.md's glossary gives (identifiers
+    and dotted names; calls' parentheses dropped)."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text[text.index("## 11. Glossary"):]
+    names = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("term", "---"):
+            continue
+        for token in _BACKTICKED.findall(cells[2]):
+            token = re.sub(r"\(.*\)$", "", token.strip())
+            if re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", token):
+                names.append((cells[0], token.rsplit(".", 1)[-1]))
+    return names
+
+
+def test_the_glossary_names_what_the_code_calls_things():
+    """Every code name in the glossary is a name in guardrail/ or service/ (one name per concept, as in the code)."""
+    source = "\n".join(p.read_text(encoding="utf-8") for base in ("guardrail", "service")
+                       for p in (ROOT / base).rglob("*.py"))
+    names = glossary_code_names()
+    assert len(names) > 50
+    assert [(term, name) for term, name in names if not re.search(rf"\b{re.escape(name)}\b", source)] == []
