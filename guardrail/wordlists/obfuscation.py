@@ -44,8 +44,8 @@ class Obfuscation:
         ``obfuscation=``, vLLM's per-request ``extra_args``) calls it once and passes the value on typed.
 
         Raises:
-            ValueError: ``text`` is not a string, or its level or its switch is unknown; the message names the
-                bad part and the accepted values.
+            ValueError: its level or its switch is unknown; the message names the bad part and the accepted
+                values.
             TypeError: ``text`` is not a ``str`` (an :class:`Obfuscation` needs no parsing).
         """
         if not isinstance(text, str):
