@@ -55,6 +55,7 @@ from guardrail.guard.events import Finish, Rollback, TextDelta  # noqa: E402
 from guardrail.guard.session import KEEP  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
 from guardrail.matching.evasion_forms import find_evasions  # noqa: E402
+from guardrail.matching.obfuscation import OFF  # the artefacts here compile the lists as they are
 from guardrail.matching.term_spec import flatten  # noqa: E402
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
@@ -252,7 +253,7 @@ def bench_leaks(decoder, tokenizer, max_tokens):
     cases = json.loads((ROOT / "tests" / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
     lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
     artefact = compile_artefact(decoder.vocab, lists)
-    matcher = TextMatcher(lists)
+    matcher = TextMatcher(lists, obfuscation=OFF)
     hits = wasted = reprefills = leaks = occurrences = term_tokens = 0
     finish_reasons: dict[str, int] = {}
     glued = []
@@ -357,7 +358,7 @@ def bench_evasions(decoder, tokenizer, max_tokens, seeds=EVASION_SEEDS):
     lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
     specs, _ = flatten(lists)
     artefact = compile_artefact(decoder.vocab, lists)
-    matcher = TextMatcher(lists)
+    matcher = TextMatcher(lists, obfuscation=OFF)
     chats = [prompt_ids(tokenizer, messages=[{"role": "user", "content": c["prompt"]}]) for c in cases]
     out = {"prompts": len(cases), "max_tokens": max_tokens}
     names = []

@@ -526,7 +526,7 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
             gc.freeze()  # as the service does after its warm-up: the collector skips the start-up heap
             per_model: dict = {}
             for level in ("off", setting):
-                lists = with_obfuscation([bundled_wordlist("en")], level)
+                lists = with_obfuscation([bundled_wordlist("en")], Obfuscation.parse(level))
                 colds, warms, cold_cpu, warm_cpu = [], [], [], []
                 for rep in range(cold_reps):  # each under its own key: a miss in Redis, compiled and stored
                     obfuscation_automaton.compile_obfuscation_stream.cache_clear()
@@ -546,7 +546,8 @@ def bench_costs(setting: str, reps: int, cold_reps: int = 3, warm_reps: int = 7)
                 # A request's 10 own terms, compiled apart and combined (a new set each time: no LRU hit).
                 request_ms, request_cpu_ms = [], []
                 for rep in range(reps):
-                    own = with_obfuscation([wordlist_from_terms([f"zorblat{rep}x{k}" for k in range(10)])], level)
+                    own = with_obfuscation([wordlist_from_terms([f"zorblat{rep}x{k}" for k in range(10)])],
+                                           Obfuscation.parse(level))
                     _, seconds, cpu = timed_cpu(lambda own=own, vocab=vocab, artefact=artefact, lists=lists:
                                                 CombinedArtefact(artefact, compile_request_artefact(
                                                     vocab, own, alongside=lists)).transition(0, 0))

@@ -42,6 +42,7 @@ import jsonschema  # noqa: E402
 from guardrail.engines.transformers.decoder import StreamingDecoder  # noqa: E402
 from guardrail.guard.events import Finish, TextDelta  # noqa: E402
 from guardrail.matching.compiler import compile_artefact  # noqa: E402
+from guardrail.matching.obfuscation import OFF  # the artefacts here compile the lists as they are
 from guardrail.matching.textmatch import TextMatcher  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
@@ -181,7 +182,7 @@ def bench_leaks(decoder, tokenizer, max_tokens: int) -> dict:
     cases = json.loads((ROOT / "tests" / "data" / "leak_prompts.json").read_text(encoding="utf-8"))
     lists = [wordlist_from_terms(sorted({c["term"] for c in cases}), name="targets")]
     artefact = compile_artefact(decoder.vocab, lists)
-    matcher = TextMatcher(lists)
+    matcher = TextMatcher(lists, obfuscation=OFF)
     template = load_chat_template("hermes")
     name, description, parameters = REPLY
     spec = tool_grammar("hermes", [ToolSpec(name, parameters)], "named", name)

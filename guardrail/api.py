@@ -20,7 +20,7 @@ from guardrail.engines.transformers.decoder import StreamingDecoder, generation_
 from guardrail.engines.transformers.watermark import WatermarkVerdict, detect_watermark
 from guardrail.guard.events import Completion, Event, Finish, FinishReason, Rollback, TextDelta, Usage
 from guardrail.matching.combined import ArtefactLike
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -39,6 +39,11 @@ def sampling_params(params: Mapping[str, Any]) -> SamplingParams:
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown}; accepted: {sorted(SamplingParams.field_names())}")
     return SamplingParams(**params)
+
+
+def _parsed(obfuscation: Obfuscation | str) -> Obfuscation:
+    """``obfuscation`` typed: the public API takes the setting as written too, parsed here, at the edge."""
+    return obfuscation if isinstance(obfuscation, Obfuscation) else Obfuscation.parse(obfuscation)
 
 
 class Guard:
@@ -68,7 +73,7 @@ class Guard:
     @classmethod
     def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned_terms: Sequence[str] = (),
              redis_url: str | None = None, cache_dir: str | Path | None = None,
-             obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
+             obfuscation: Obfuscation | str = DEFAULT_OBFUSCATION) -> Guard:
         """Load a model and compile (or fetch) its artefact.
 
         Args:
@@ -77,30 +82,34 @@ class Guard:
             banned_terms: extra terms (the request list, named ``request``).
             redis_url: share compiled artefacts through Redis.
             cache_dir: directory for compiled artefacts on disk (default: guardrail's cache directory).
-            obfuscation: which obfuscated forms match too, for lists without their own level (``off``,
-                ``homoglyphs``, ``leet``, ``spaced``, ``masked``, optionally ``+markup``; docs/matching.md).
+            obfuscation: which obfuscated forms match too, for lists without their own level: an
+                :class:`~guardrail.matching.obfuscation.Obfuscation`, or as written (``off``, ``homoglyphs``,
+                ``leet``, ``spaced``, ``masked``, optionally ``+markup``; docs/matching.md), parsed here;
+                default ``DEFAULT_OBFUSCATION``, as on every path.
 
         Raises:
             ValueError: unknown model (see :func:`guardrail.models.resolve_model`), invalid ``obfuscation``.
             WordListError: unknown list name, malformed list file, invalid term.
         """
         # before the slow loads: a typo fails fast
-        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), obfuscation)
+        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), _parsed(obfuscation))
         return cls.load_lists(model, lists, redis_url=redis_url, cache_dir=cache_dir)
 
     @classmethod
     def load_lists(cls, model: str, wordlists: Sequence[WordList], redis_url: str | None = None,
-                   cache_dir: str | Path | None = None) -> Guard:
-        """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlists.wordlist`)."""
+                   cache_dir: str | Path | None = None, obfuscation: Obfuscation | str = DEFAULT_OBFUSCATION) -> Guard:
+        """Like :meth:`load`, with word lists already built (:mod:`guardrail.wordlists.wordlist`); ``obfuscation``
+        is the level of the lists that set none."""
         from guardrail.models import load_model, load_tokenizer
 
+        lists = with_obfuscation(wordlists, _parsed(obfuscation))
         tokenizer = load_tokenizer(model)
-        return cls._build(load_model(model), tokenizer, list(wordlists), redis_url, cache_dir)
+        return cls._build(load_model(model), tokenizer, lists, redis_url, cache_dir)
 
     @classmethod
     def from_model(cls, model, tokenizer, wordlists: Sequence[str] = ("en",), banned_terms: Sequence[str] = (),
                    redis_url: str | None = None, cache_dir: str | Path | None = None,
-                   obfuscation: str | None = str(DEFAULT_OBFUSCATION)) -> Guard:
+                   obfuscation: Obfuscation | str = DEFAULT_OBFUSCATION) -> Guard:
         """The full rollback decoder on a model you already loaded (``AutoModelForCausalLM.from_pretrained``).
 
         Same guarantee as :meth:`load` (unlike the mask-only
@@ -128,7 +137,7 @@ class Guard:
         device = getattr(model, "device", None)
         if device is not None and getattr(device, "type", "cpu") != "cpu":
             raise ValueError(f"model: the transformers engine decodes on the CPU, the model is on {device}")
-        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), obfuscation)
+        lists = with_obfuscation(select_wordlists(wordlists, banned_terms), _parsed(obfuscation))
         return cls._build(model, tokenizer, lists, redis_url, cache_dir)
 
     @classmethod

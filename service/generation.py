@@ -381,7 +381,8 @@ async def prepare(runtime: Runtime, body: GenerationFields, prompt: list[int], t
         params.check_vocab(runtime.vocab_size)
     except ValueError as exc:  # the core's messages start with the field's name
         raise ApiError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from None
-    fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored}, "obfuscation": obfuscation,
+    fields = {**log_fields, "wordlists": {s.wordlist.name: s.version for s in stored},
+              "obfuscation": str(obfuscation),
               "request_terms": len(body.request_terms()), "prompt_tokens": len(prompt), "max_tokens": max_tokens,
               "tenant": caller.tenant if caller is not None else None,
               "response_format": structured.kind if structured is not None else None}

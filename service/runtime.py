@@ -24,6 +24,7 @@ from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
 from guardrail.matching.regex import automaton as regex_automaton
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab
@@ -223,7 +224,7 @@ class Runtime:
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request time
             log.exception("artefact warm-up failed")
 
-    def text_matcher(self, stored: Sequence[StoredWordList], obfuscation: str) -> TextMatcher:
+    def text_matcher(self, stored: Sequence[StoredWordList], obfuscation: Obfuscation) -> TextMatcher:
         """The text matcher for these list versions at this obfuscation setting (for lists without their
         own; built once per combination, LRU-kept)."""
         key = (*((s.wordlist.name, s.version) for s in stored), obfuscation)

@@ -16,12 +16,13 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from guardrail.engines.drafting import DEFAULT_SPECULATIVE_TOKENS
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OBFUSCATION_PATTERN
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.regex.automaton import MAX_REQUEST_REGEX_DFA_STATES
 from guardrail.models import cache_dir
 from guardrail.params import DEFAULT_EVASION_GUARD, DEFAULT_HASHING_KEY, EvasionGuard
 from guardrail.prompts import load_chat_template
 from guardrail.wordlists.wordlist import MAX_TERMS
+from service.schemas.obfuscation import ObfuscationSetting
 from service.stores.store import DEFAULT_HISTORY, NAME_PATTERN
 
 #: The shortest admin token accepted: 32 random URL-safe characters hold 192 bits.
@@ -139,8 +140,8 @@ class Settings(BaseSettings):
     anonymous_required_wordlists: Annotated[list[Annotated[str, Field(pattern=NAME_PATTERN)]], NoDecode] = Field(
         default_factory=list, description="Lists always enforced for anonymous callers and GUARDRAIL_API_KEYS "
         "holders, whatever the request names (a tenant policy's required_wordlists); empty = none.")
-    anonymous_min_obfuscation: str | None = Field(
-        None, pattern=OBFUSCATION_PATTERN, description="Floor and default of the obfuscation level of anonymous "
+    anonymous_min_obfuscation: ObfuscationSetting | None = Field(
+        None, description="Floor and default of the obfuscation level of anonymous "
         "callers and GUARDRAIL_API_KEYS holders (a tenant policy's obfuscation); unset = the server's obfuscation, "
         "and they may choose any.")
     anonymous_evasion_guard_off: bool = Field(
@@ -230,8 +231,8 @@ class Settings(BaseSettings):
         DEFAULT_EVASION_GUARD, description="substring: a term that caused a rollback is also matched as a substring "
         "for the rest of that generation (glued and _-joined forms); edit: also with one edit of tolerance (terms "
         "of 5+ letters: misspellings); off. A request's evasion_guard overrides it.")
-    obfuscation: str = Field(
-        str(DEFAULT_OBFUSCATION), pattern=OBFUSCATION_PATTERN,
+    obfuscation: ObfuscationSetting = Field(
+        DEFAULT_OBFUSCATION,
         description="Which obfuscated forms of the terms also match, for lists and terms that set no level of their "
         "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
         "obfuscation overrides it.")

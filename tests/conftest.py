@@ -26,11 +26,21 @@ import uuid  # noqa: E402
 
 import pytest  # noqa: E402
 import redis  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_model, load_tokenizer  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+
+# Hypothesis derandomised suite-wide: every run draws the same cases (seeded from each test's name), so a
+# failure in CI reproduces on a laptop, and no example database carries cases from one run to the next.
+# Registered before the test modules are imported: their @settings(...) inherit these fields. A module must
+# not set derandomize=False (tests/test_hypothesis_profile.py checks). HYPOTHESIS_PROFILE=dev draws new cases
+# on every run, for hunting bugs locally.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The service's server fixtures (`service`, `openai_client`), shared by the tests/service/ modules.
 pytest_plugins = ["helpers.service_fixtures"]

@@ -9,17 +9,21 @@ search (memoised per character by the caller).
 
 The category sets are Python's ``re`` for ``str`` patterns (Modules/_sre/sre.c, ``SRE_UNI_IS_*``):
 ``\\w`` = ``str.isalnum()`` or ``_`` (the contract's word characters, ``normalize.is_word_char``),
-``\\d`` = ``str.isdecimal()``, ``\\s`` = ``str.isspace()``. They are read off ``re`` itself, once per process,
-by matching each over a string of every code point (~0.3 s in all, on first use).
+``\\d`` = ``str.isdecimal()``, ``\\s`` = ``str.isspace()``. They are read off ``re`` itself by matching each
+over a string of every code point (``scripts/gen_unicode_categories.py``, per Unicode version of Python, shipped
+in ``data/unicode_categories.json``; scanned at first use for a version the file lacks).
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -80,28 +84,53 @@ class CharSet:
         return sum(high - low + 1 for low, high in self.ranges)
 
 
+#: The category sets per Unicode version, as ``re`` reads them (``scripts/gen_unicode_categories.py``).
+_TABLES = Path(__file__).parent / "data" / "unicode_categories.json"
+
+
+def _every_code_point() -> str:
+    """A string of every code point in order (surrogates included), 4.4 MB, not kept: decoded from UTF-32 in
+    one call (~15 ms; joining 1.1 million ``chr`` calls takes ~0.12 s)."""
+    return np.arange(CODE_POINTS, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+def scan_category(category: str) -> CharSet:
+    """The code points Python's ``re`` matches with ``category`` (``\\w``, ``\\d`` or ``\\s``, ``str``
+    patterns), read off ``re`` itself over every code point (~20 ms each): the definition the shipped tables
+    are checked against (tests/matching/test_charset_tables.py)."""
+    return CharSet(tuple((m.start(), m.end() - 1) for m in re.finditer(category + "+", _every_code_point())))
+
+
 @functools.cache
-def _categories() -> dict[str, CharSet]:
-    """The code points Python's ``re`` matches with ``\\w``, ``\\d`` and ``\\s`` (``str`` patterns): the
-    definition, read off ``re`` itself over a string of every code point (surrogates included), once."""
-    every = "".join(map(chr, range(CODE_POINTS)))
-    return {category: CharSet(tuple((m.start(), m.end() - 1) for m in re.finditer(category + "+", every)))
-            for category in (r"\w", r"\d", r"\s")}
+def _shipped() -> dict[str, list[list[int]]]:
+    """This Python's entry of the shipped tables (keyed by ``unicodedata.unidata_version``), or ``{}``."""
+    versions = json.loads(_TABLES.read_text(encoding="utf-8"))["versions"] if _TABLES.is_file() else {}
+    return versions.get(unicodedata.unidata_version, {})
+
+
+@functools.cache
+def _category(category: str) -> CharSet:
+    """:func:`scan_category`, from the shipped tables when they hold this Python's Unicode version (a fresh
+    process's first artefact load, what ``guardrail compile`` pays once per run, skips the scan)."""
+    shipped = _shipped().get(category)
+    if shipped is None:
+        return scan_category(category)
+    return CharSet(tuple((low, high) for low, high in shipped))
 
 
 def word_chars() -> CharSet:
     """``\\w``: ``str.isalnum()`` or ``_`` (the contract's word characters)."""
-    return _categories()[r"\w"]
+    return _category(r"\w")
 
 
 def digit_chars() -> CharSet:
     """``\\d``: Unicode decimal digits (``str.isdecimal()``, category Nd)."""
-    return _categories()[r"\d"]
+    return _category(r"\d")
 
 
 def space_chars() -> CharSet:
     """``\\s``: ``str.isspace()`` (only ``" "`` occurs in normalised text)."""
-    return _categories()[r"\s"]
+    return _category(r"\s")
 
 
 def _edges(charset: CharSet) -> tuple[np.ndarray, np.ndarray]:

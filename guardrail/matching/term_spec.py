@@ -69,7 +69,7 @@ def flatten(wordlists: Sequence[WordList]) -> tuple[tuple[TermSpec, ...], tuple[
     return tuple(terms), flatten_allows(wordlists)
 
 
-def term_spec(term_id: int, list_name: str, term: Term, list_obfuscation: str | None = None) -> TermSpec:
+def term_spec(term_id: int, list_name: str, term: Term, list_obfuscation: Obfuscation | None = None) -> TermSpec:
     """The normalised entry of ``term`` (see :class:`TermSpec`); ``list_obfuscation`` is its list's level.
 
     Raises:
@@ -78,10 +78,10 @@ def term_spec(term_id: int, list_name: str, term: Term, list_obfuscation: str | 
     written = written_term(term)
     if not term.regex:
         norm = normalize_term(term.text, term.case_sensitive)
-        setting = term.obfuscation or list_obfuscation
+        setting = term.obfuscation if term.obfuscation is not None else list_obfuscation
         level = OFF
-        if setting and not term.case_sensitive and MatchMode(term.match) is not MatchMode.SUBSTRING:
-            level = effective(Obfuscation.parse(setting), norm)
+        if setting is not None and not term.case_sensitive and MatchMode(term.match) is not MatchMode.SUBSTRING:
+            level = effective(setting, norm)
         return TermSpec(term_id, list_name, written, norm, MatchMode(term.match), term.case_sensitive,
                         obfuscation=level)
     try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import ahocorasick
 
 from guardrail.matching.normalize import is_word_char, normalize_with_offsets
-from guardrail.matching.obfuscation import Obfuscation, ObfuscationLevel
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation, ObfuscationLevel
 from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compile_obfuscation_stream
 from guardrail.matching.obfuscation.nfa import ObfuscatedTerm
 from guardrail.matching.regex.automaton import RegexAutomaton, compile_regex_stream
@@ -71,8 +71,9 @@ class TextMatcher:
 
     Args:
         wordlists: the lists to match; terms normalised as in :mod:`guardrail.matching.normalize`.
-        obfuscation: the obfuscation level of the lists that set none (``None``: theirs, else ``off``); the
-            obfuscated forms are read by the same automata the decoder steps
+        obfuscation: the obfuscation level of the lists that set none (``DEFAULT_OBFUSCATION`` unless named,
+            as on every path; ``OFF`` for the literal contract alone); the obfuscated forms are read by the
+            same automata the decoder steps
             (:class:`~guardrail.matching.obfuscation.automaton.ObfuscationAutomaton`, over the text's view).
 
     Example:
@@ -81,8 +82,8 @@ class TextMatcher:
         [TextMatch(term='fuck you', list_name='request', start=5, end=15)]
     """
 
-    def __init__(self, wordlists: Sequence[WordList], obfuscation: Obfuscation | str | None = None):
-        wordlists = with_obfuscation(wordlists, None if obfuscation is None else str(obfuscation))
+    def __init__(self, wordlists: Sequence[WordList], obfuscation: Obfuscation = DEFAULT_OBFUSCATION):
+        wordlists = with_obfuscation(wordlists, obfuscation)
         self.terms, self.allows = flatten(wordlists)
         views: dict[tuple[bool, bool], list[TermSpec]] = {}
         for spec in self.terms:

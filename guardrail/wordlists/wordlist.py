@@ -81,9 +81,9 @@ class Term:
     match: MatchMode
     case_sensitive: bool = False
     regex: bool = False
-    #: The term's own obfuscation level (``LEVEL`` or ``LEVEL+markup``, canonical: see
-    #: :func:`canonical_obfuscation`); ``None``: the list's, else the request's or the server's.
-    obfuscation: str | None = None
+    #: The term's own obfuscation level (parsed where it was written: ``| obfuscation=LEVEL`` or a request's
+    #: term object); ``None``: the list's, else the request's or the server's.
+    obfuscation: Obfuscation | None = None
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,9 @@ class WordList:
     terms: tuple[Term, ...]
     allow: tuple[str, ...] = ()
     #: The list's obfuscation level (``@obfuscation`` header), for terms without their own; ``None``: the
-    #: request's or the server's setting applies (:func:`with_obfuscation`; unset everywhere: ``off``).
-    obfuscation: str | None = None
+    #: request's or the server's setting applies (:func:`with_obfuscation`, which every path calls with
+    #: its setting, ``DEFAULT_OBFUSCATION`` when none is named; a list compiled without it: ``off``).
+    obfuscation: Obfuscation | None = None
 
 
 class WordListError(ValueError):
@@ -191,32 +192,24 @@ def _check_text(text: str, source: str, line: int | None, what: str = "term", re
         raise WordListError(f"{what} {text!r} has no letter or digit", source, line)
 
 
-def canonical_obfuscation(value: str) -> str:
-    """``value`` as a canonical obfuscation setting (lower case, no spaces: ``masked+markup``).
-
-    Raises:
-        ValueError: not ``LEVEL`` or ``LEVEL+markup`` (:class:`~guardrail.wordlists.obfuscation.Obfuscation`).
-    """
-    return str(Obfuscation.parse(value))
-
-
-def with_obfuscation(wordlists: Sequence[WordList], default: str | None) -> list[WordList]:
+def with_obfuscation(wordlists: Sequence[WordList], default: Obfuscation) -> list[WordList]:
     """``wordlists`` with ``default`` as the obfuscation level of each list that sets none (a request's or
-    the server's setting: a list's own ``@obfuscation`` and a term's own option take precedence).
+    the server's setting, else ``DEFAULT_OBFUSCATION``: a list's own ``@obfuscation`` and a term's own option
+    take precedence).
 
     Raises:
-        ValueError: ``default`` is not a valid setting.
+        TypeError: ``default`` is not an :class:`~guardrail.wordlists.obfuscation.Obfuscation` (a setting is
+            parsed once where it enters, with ``Obfuscation.parse``, and passed on typed).
     """
-    if default is None:
-        return list(wordlists)
-    default = canonical_obfuscation(default)
+    if not isinstance(default, Obfuscation):
+        raise TypeError(f"obfuscation: expected an Obfuscation (Obfuscation.parse at the edge), got {default!r}")
     return [wl if wl.obfuscation is not None else replace(wl, obfuscation=default) for wl in wordlists]
 
 
 _OPTION_VALUES: dict[str, dict[str, object]] = {
     "match": {m.value: m for m in MatchMode},
     "case": {"sensitive": True, "insensitive": False},
-    "obfuscation": {str(Obfuscation(level, markup)): str(Obfuscation(level, markup))
+    "obfuscation": {str(Obfuscation(level, markup)): Obfuscation(level, markup)
                     for level in ObfuscationLevel for markup in (False, True)},
 }
 
@@ -338,7 +331,7 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
     term, more than 100,000 terms, an unknown option or option value, an unknown directive.
     """
     collector = _Collector(source)
-    obfuscation: str | None = None
+    obfuscation: Obfuscation | None = None
     match_default: MatchMode | None = None  # None: default_match_mode(term)
     case_default = False
     if text.startswith("\ufeff"):
@@ -359,7 +352,7 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
                     raise WordListError("@obfuscation sets the level of the whole list: write it once, before "
                                         "the first term (a term takes its own with '| obfuscation=LEVEL')",
                                         source, line_no)
-                obfuscation = str(parsed)
+                obfuscation = parsed  # type: ignore[assignment]
             elif directive == "match":
                 match_default = parsed  # type: ignore[assignment]
             else:
@@ -380,7 +373,7 @@ def parse_wordlist(text: str, name: str, source: str = "<string>") -> WordList:
         case_sensitive = options.get("case", case_default)
         term_obfuscation = options.get("obfuscation")
         collector.add_term(Term(term_text, MatchMode(match), bool(case_sensitive), regex,
-                                None if term_obfuscation is None else str(term_obfuscation)), line_no)
+                                term_obfuscation), line_no)  # type: ignore[arg-type]
     return replace(collector.build(name), obfuscation=obfuscation)
 
 
@@ -472,11 +465,9 @@ def _request_term(item: object, source: str, index: int) -> Term:
     text = text.strip()
     _check_text(text, source, index, regex=regex)
     obfuscation = item.obfuscation if isinstance(item, Term) else None
-    if obfuscation is not None:
-        try:
-            obfuscation = canonical_obfuscation(obfuscation)
-        except ValueError as exc:
-            raise WordListError(str(exc), source, index) from None
+    if obfuscation is not None and not isinstance(obfuscation, Obfuscation):
+        raise WordListError(f"term {text!r}: obfuscation must be an Obfuscation (Obfuscation.parse), got "
+                            f"{obfuscation!r}", source, index)
     if match is None:
         return Term(text, default_match_mode(text), regex=regex, obfuscation=obfuscation)
     try:
@@ -530,11 +521,12 @@ def wordlist_digest(wordlists: Sequence[WordList]) -> str:
             {
                 "name": wl.name,
                 "terms": sorted(
-                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive), bool(t.regex), t.obfuscation or "")
+                    {(t.text, MatchMode(t.match).value, bool(t.case_sensitive), bool(t.regex),
+                      "" if t.obfuscation is None else str(t.obfuscation))
                      for t in wl.terms}
                 ),
                 "allow": sorted(set(wl.allow)),
-                "obfuscation": wl.obfuscation or "",
+                "obfuscation": "" if wl.obfuscation is None else str(wl.obfuscation),
             }
             for wl in wordlists
         ),

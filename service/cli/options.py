@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
-from guardrail.wordlists.wordlist import canonical_obfuscation, with_obfuscation
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
+from guardrail.wordlists.wordlist import with_obfuscation
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -22,6 +22,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def obfuscation_option(value: str) -> Obfuscation:
+    """``--obfuscation``'s parser (argparse shows the message naming the bad part, exit code 2)."""
+    try:
+        return Obfuscation.parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
@@ -33,7 +41,7 @@ def add_wordlist_options(parser: argparse.ArgumentParser, default: Sequence[str]
     parser.add_argument("--banned", dest="banned_terms", action="append", default=[], metavar='"a,b"',
                         help="extra banned terms, comma-separated (repeatable; default: none); re:PATTERN is a "
                              "regex term and takes the rest of the value, commas included")
-    parser.add_argument("--obfuscation", default=str(DEFAULT_OBFUSCATION), type=canonical_obfuscation,
+    parser.add_argument("--obfuscation", default=DEFAULT_OBFUSCATION, type=obfuscation_option,
                         metavar="LEVEL[+markup]",
                         help="obfuscated forms that match too, for lists without their own level: off | homoglyphs "
                         "| leet | spaced | masked, optionally +markup (docs/matching.md)")

@@ -16,7 +16,7 @@ from guardrail.wordlists.selection import split_names
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``serve`` on the ``guardrail`` parser's subparsers."""
-    from service.cli.options import HelpFormatter
+    from service.cli.options import HelpFormatter, obfuscation_option
 
     serve = subparsers.add_parser(
         "serve",
@@ -44,7 +44,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     serve.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, default=None,
                        help="match a term that caused a rollback as a substring for the rest of the answer "
                        "(default: GUARDRAIL_EVASION_GUARD, else substring)")
-    serve.add_argument("--obfuscation", default=None, metavar="LEVEL[+markup]",
+    serve.add_argument("--obfuscation", default=None, metavar="LEVEL[+markup]", type=obfuscation_option,
                        help="obfuscated forms that match too, for lists without their own level: off | homoglyphs | "
                        "leet | spaced | masked, optionally +markup (default: GUARDRAIL_OBFUSCATION, else "
                        f"{DEFAULT_OBFUSCATION})")

@@ -23,6 +23,8 @@ import sys
 from typing import Any
 
 from guardrail.params import EVASION_GUARD_MODES
+from guardrail.wordlists.obfuscation import Obfuscation
+from service.cli.options import obfuscation_option
 
 _DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -46,7 +48,8 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> None:
                         "with its own key (/admin/wordlists)")
     policy.add_argument("--no-request-terms", action="store_true", help="refuse requests' own banned_terms (403)")
     policy.add_argument("--evasion-guard", choices=EVASION_GUARD_MODES, help="default and floor of the evasion guard")
-    policy.add_argument("--obfuscation", metavar="LEVEL[+markup]", help="default and floor of the obfuscation level")
+    policy.add_argument("--obfuscation", metavar="LEVEL[+markup]", type=obfuscation_option,
+                        help="default and floor of the obfuscation level")
     policy.add_argument("--max-tokens", type=int, help="largest max_tokens")
     policy.add_argument("--requests-per-minute", type=int, help="rate limit: requests per minute")
     policy.add_argument("--tokens-per-minute", type=int, help="rate limit: prompt + n x max_tokens per minute")
@@ -59,7 +62,7 @@ def policy_from_args(args: argparse.Namespace) -> dict[str, Any]:
                   "obfuscation", "max_tokens", "requests_per_minute", "tokens_per_minute"):
         value = getattr(args, field)
         if value is not None:
-            policy[field] = value
+            policy[field] = str(value) if isinstance(value, Obfuscation) else value
     if args.no_request_terms:
         policy["request_terms"] = False
     return policy

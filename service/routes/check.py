@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.textmatch import TextMatch, TextMatcher
 from guardrail.wordlists.wordlist import WordList
 from service.auth import require_client
@@ -32,12 +33,12 @@ class Scanner:
 
     stored: tuple[StoredWordList, ...]
     requested: WordList | None
-    obfuscation: str
+    obfuscation: Obfuscation
     runtime: Runtime
 
     @classmethod
     async def for_request(cls, runtime: Runtime, request: Request, wordlists: Sequence[str] | None,
-                          terms: Sequence[TermItem], terms_param: str, obfuscation: str | None) -> Scanner:
+                          terms: Sequence[TermItem], terms_param: str, obfuscation: Obfuscation | None) -> Scanner:
         """The request's own terms compile in the compile pool (:mod:`service.request_compiles`).
 
         Raises:

@@ -6,17 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.matching.obfuscation import OBFUSCATION_PATTERN
 from guardrail.wordlists.wordlist import MAX_TERM_CHARS, MatchMode, Term, default_match_mode, split_regex_prefix
+from service.schemas.obfuscation import ObfuscationSetting as ObfuscationSetting
 from service.schemas.text import Text
-
-#: An obfuscation setting as requests write it (docs/matching.md, "Obfuscation").
-ObfuscationSetting = Annotated[str, Field(
-    pattern=OBFUSCATION_PATTERN, examples=["masked+markup", "spaced", "off"],
-    description="Which obfuscated forms of the terms also match: off, homoglyphs (look-alike letters, accents, "
-    "invisible characters), leet (+ leetspeak), spaced (+ separated and stretched letters), masked (+ one "
-    "censor character), each optionally with +markup (HTML tags and references, markdown emphasis). Lists and "
-    "terms that set their own keep it. Omitted = the server's (GUARDRAIL_OBFUSCATION).")]
 
 # Pydantic checks the length (so the schema documents it); the core (wordlist_from_terms) checks the
 # rest and names the term.

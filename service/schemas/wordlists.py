@@ -38,7 +38,8 @@ class TermOut(BaseModel):
     text: str = Field(description="As written in a request: re:PATTERN for a regex term (a body can be sent back).")
     match: MatchMode
     case_sensitive: bool
-    obfuscation: str | None = Field(None, description="The term's own obfuscation level, if it sets one.")
+    obfuscation: ObfuscationSetting | None = Field(None,
+                                                   description="The term's own obfuscation level, if it sets one.")
 
 
 class WordListOut(BaseModel):
@@ -48,7 +49,7 @@ class WordListOut(BaseModel):
     updated_at: float = Field(description="Unix time of the change, seconds.")
     terms: list[TermOut]
     allow: list[str]
-    obfuscation: str | None = Field(None, description="The list's obfuscation level, if it sets one.")
+    obfuscation: ObfuscationSetting | None = Field(None, description="The list's obfuscation level, if it sets one.")
 
     @classmethod
     def of(cls, stored: StoredWordList) -> WordListOut:

@@ -20,13 +20,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from guardrail.matching.obfuscation import OBFUSCATION_PATTERN
 from guardrail.params import EVASION_GUARD_MODES, EvasionGuard
 from guardrail.wordlists.obfuscation import Obfuscation
+from service.schemas.obfuscation import ObfuscationSetting
 from service.stores.store import NAME_PATTERN
 
 ListName = Annotated[str, Field(pattern=NAME_PATTERN)]
-Obfuscated = Annotated[str, Field(pattern=OBFUSCATION_PATTERN)]
 
 
 class PolicyViolation(Exception):
@@ -39,11 +38,6 @@ class PolicyViolation(Exception):
 
 def _evasion_rank(mode: str) -> int:
     return EVASION_GUARD_MODES.index(mode) if mode in EVASION_GUARD_MODES else -1
-
-
-def _obfuscation_at_least(asked: str, floor: str) -> bool:
-    a, f = Obfuscation.parse(asked), Obfuscation.parse(floor)
-    return a.level >= f.level and (a.markup or not f.markup)
 
 
 class TenantPolicy(BaseModel):
@@ -65,7 +59,7 @@ class TenantPolicy(BaseModel):
     evasion_guard: EvasionGuard | None = Field(
         None, description="Default and floor of the evasion guard (off < substring < edit); omitted = the server's "
         "setting, and requests may choose any.")
-    obfuscation: Obfuscated | None = Field(
+    obfuscation: ObfuscationSetting | None = Field(
         None, description="Default and floor of the obfuscation level (off < homoglyphs < leet < spaced < masked, "
         "+markup above the same level without it); omitted = the server's, and requests may choose any.")
     max_tokens: int | None = Field(None, ge=1, description="Largest max_tokens (also the default when smaller than "
@@ -131,7 +125,7 @@ class TenantPolicy(BaseModel):
                                   "evasion_guard")
         return asked
 
-    def obfuscation_for(self, asked: str | None, server: str) -> str:
+    def obfuscation_for(self, asked: Obfuscation | None, server: Obfuscation) -> Obfuscation:
         """The request's obfuscation setting (``asked``, else the policy's, else ``server``).
 
         Raises:
@@ -139,8 +133,8 @@ class TenantPolicy(BaseModel):
         """
         if asked is None:
             return self.obfuscation or server
-        if self.obfuscation is not None and not _obfuscation_at_least(asked, self.obfuscation):
-            raise PolicyViolation(f"obfuscation {asked!r} is weaker than this API key's {self.obfuscation!r}",
+        if self.obfuscation is not None and not asked.covers(self.obfuscation):
+            raise PolicyViolation(f"obfuscation '{asked}' is weaker than this API key's '{self.obfuscation}'",
                                   "obfuscation")
         return asked
 
@@ -157,8 +151,8 @@ class TenantPolicy(BaseModel):
 ANONYMOUS_POLICY = TenantPolicy()
 
 
-def anonymous_policy(*, required_wordlists: Sequence[str], min_obfuscation: str | None, evasion_guard_off: bool,
-                     server_evasion_guard: str, request_terms: bool) -> TenantPolicy:
+def anonymous_policy(*, required_wordlists: Sequence[str], min_obfuscation: Obfuscation | None,
+                     evasion_guard_off: bool, server_evasion_guard: str, request_terms: bool) -> TenantPolicy:
     """The policy of anonymous callers and ``GUARDRAIL_API_KEYS`` holders, from the ``GUARDRAIL_ANONYMOUS_*``
     settings: ``required_wordlists`` always enforced, ``min_obfuscation`` the obfuscation floor (and default),
     the server's evasion guard (``server_evasion_guard``) their floor unless ``evasion_guard_off``, and

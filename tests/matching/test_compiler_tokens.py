@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from guardrail.matching.artefact import ROOT_STATE
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
+from guardrail.matching.obfuscation import OFF  # the artefacts here compile the lists as they are
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist
@@ -53,7 +54,7 @@ def setup(model_name, compiled_as, request):
     vocab = request.getfixturevalue(f"{model_name}_vocab")
     wordlists = [bundled_wordlist("en"), REQUEST]
     artefact = compile_lists(vocab, wordlists[:1], wordlists[1:], compiled_as)
-    return tokenizer, vocab, wordlists, artefact, TextMatcher(wordlists)
+    return tokenizer, vocab, wordlists, artefact, TextMatcher(wordlists, obfuscation=OFF)
 
 
 def drive_all(artefact, ids):

@@ -19,7 +19,7 @@ from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation
 
-EN = with_obfuscation([bundled_wordlist("en")], str(DEFAULT_OBFUSCATION))
+EN = with_obfuscation([bundled_wordlist("en")], DEFAULT_OBFUSCATION)
 MATCHER = TextMatcher(EN)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers.paths import load_data
 
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation, ObfuscationLevel, effective
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OFF, Obfuscation, ObfuscationLevel, effective
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.wordlists.wordlist import (
     MatchMode,
@@ -29,7 +29,7 @@ LEVELS = [str(Obfuscation(level, markup)) for level in ObfuscationLevel for mark
 
 @pytest.fixture(scope="module")
 def matchers():
-    return {setting: TextMatcher([EN], obfuscation=setting) for setting in LEVELS}
+    return {setting: TextMatcher([EN], obfuscation=Obfuscation.parse(setting)) for setting in LEVELS}
 
 
 def claims(setting: str, case: dict) -> bool:
@@ -90,18 +90,18 @@ def test_the_span_points_at_the_term_through_markup_and_references(text, form):
 @pytest.mark.parametrize("text", ["t i t l e", "c l a s s", "b a s s", "as", "45s", "the 717 bus", "rapping",
                                   "Bonner", "assess", "a.m. and p.m."])
 def test_the_rules_keep_look_alikes_of_clean_words_clean(text):
-    assert TextMatcher([EN], obfuscation="masked+markup").scan(text) == []
+    assert TextMatcher([EN], obfuscation=Obfuscation.parse("masked+markup")).scan(text) == []
 
 
 def test_a_literal_occurrence_beside_a_single_letter_is_still_caught():
     """The spaced view joins only runs of two or more single letters: "I shit" keeps its word."""
-    matcher = TextMatcher([EN], obfuscation="masked+markup")
+    matcher = TextMatcher([EN], obfuscation=Obfuscation.parse("masked+markup"))
     assert [m.term for m in matcher.scan("I shit you not")] == ["shit"]
     assert [m.term for m in matcher.scan("what the f u c k you")] == ["fuck"]
 
 
 def test_a_doubled_letter_reads_as_the_term_unless_the_doubled_spelling_is_a_real_word():
-    matcher = TextMatcher([wordlist_from_terms(["ass", "raping", "anal", "suck"])], obfuscation="spaced")
+    matcher = TextMatcher([wordlist_from_terms(["ass", "raping", "anal", "suck"])], obfuscation=Obfuscation.parse("spaced"))
     assert found_terms(matcher, "you asssss") == {"ass"}
     assert found_terms(matcher, "you as") == set()  # a double letter of the term is never read as one
     assert found_terms(matcher, "he was rappping") == {"raping"}  # stretched: three or more
@@ -126,31 +126,31 @@ def test_a_letter_beside_a_spaced_form_is_not_read_into_a_real_word():
 
 def test_censor_runs_are_read_only_where_one_term_fits():
     lists = [wordlist_from_terms(["fuck", "shit", "slut", "bitch"])]
-    matcher = TextMatcher(lists, obfuscation="masked")
+    matcher = TextMatcher(lists, obfuscation=Obfuscation.parse("masked"))
     assert found_terms(matcher, "f**k off") == {"fuck"}
     assert found_terms(matcher, "you f***") == {"fuck"}  # a run to the end: three letters or more
     assert found_terms(matcher, "b***h") == {"bitch"}
     assert found_terms(matcher, "s**t") == set()  # shit and slut both fit
-    assert found_terms(TextMatcher([wordlist_from_terms(["shit"])], obfuscation="masked"), "s**t") == {"shit"}
+    assert found_terms(TextMatcher([wordlist_from_terms(["shit"])], obfuscation=Obfuscation.parse("masked")), "s**t") == {"shit"}
 
 
 def test_one_edit_forms_of_long_terms_spare_real_words():
-    matcher = TextMatcher([wordlist_from_terms(["masturbation", "swinger", "bastard"])], obfuscation="masked")
+    matcher = TextMatcher([wordlist_from_terms(["masturbation", "swinger", "bastard"])], obfuscation=Obfuscation.parse("masked"))
     assert found_terms(matcher, "masturbaton and bastrd and basatrd") == {"masturbation", "bastard"}
     assert found_terms(matcher, "the singer sang") == set()  # a real word one edit from "swinger"
-    assert found_terms(TextMatcher([wordlist_from_terms(["bastard"])], obfuscation="spaced"), "bastrd") == set()
+    assert found_terms(TextMatcher([wordlist_from_terms(["bastard"])], obfuscation=Obfuscation.parse("spaced")), "bastrd") == set()
 
 
 def test_a_short_term_with_one_real_letter_is_caught_but_not_as_a_number():
-    matcher = TextMatcher([wordlist_from_terms(["ass"])], obfuscation="leet")
+    matcher = TextMatcher([wordlist_from_terms(["ass"])], obfuscation=Obfuscation.parse("leet"))
     assert found_terms(matcher, "kiss my a$$, 4ss and @ss") == {"ass"}
     assert [text for text in ("a55", "45s", "Galaxy A55") if matcher.scan(text)] == []
 
 
 def test_look_alike_symbols_read_as_letters():
-    matcher = TextMatcher([wordlist_from_terms(["bitch", "fuck"])], obfuscation="leet")
+    matcher = TextMatcher([wordlist_from_terms(["bitch", "fuck"])], obfuscation=Obfuscation.parse("leet"))
     assert found_terms(matcher, "b¡tch and f∪ck") == {"bitch", "fuck"}
-    assert TextMatcher([wordlist_from_terms(["bitch"])], obfuscation="homoglyphs").scan("b¡tch") == []
+    assert TextMatcher([wordlist_from_terms(["bitch"])], obfuscation=Obfuscation.parse("homoglyphs")).scan("b¡tch") == []
 
 
 def test_combining_sequences_read_as_the_reader_sees_them():
@@ -160,14 +160,14 @@ def test_combining_sequences_read_as_the_reader_sees_them():
     assert [m.term for m in ja.scan("ｵｯﾊﾟｲ")] == ["オッパイ"]  # halfwidth ﾊ + ﾟ composes to パ
     ar = TextMatcher([bundled("ar")])
     assert {m.term for m in ar.scan("سَكس")} == {"سكس"}  # the fatha is dropped: the word is not broken
-    es = TextMatcher([wordlist_from_terms(["coño", "fuck"])], obfuscation="homoglyphs")
+    es = TextMatcher([wordlist_from_terms(["coño", "fuck"])], obfuscation=Obfuscation.parse("homoglyphs"))
     assert found_terms(es, "con\u0303o fu\u0301ck") == {"coño", "fuck"}  # decomposed accents
     assert found_terms(es, "cono") == set()
 
 
 def test_an_accented_text_letter_matches_a_plain_term_letter_but_not_the_reverse():
     lists = [wordlist_from_terms(["coño", "fuck"], name="es")]
-    matcher = TextMatcher(lists, obfuscation="homoglyphs")
+    matcher = TextMatcher(lists, obfuscation=Obfuscation.parse("homoglyphs"))
     assert found_terms(matcher, "fúck") == {"fuck"}
     assert found_terms(matcher, "coño") == {"coño"}
     assert found_terms(matcher, "cono") == set()
@@ -187,24 +187,26 @@ def test_terms_the_levels_exempt_keep_the_literal_contract():
     assert effective(Obfuscation.parse("masked"), "f-ck you").level is ObfuscationLevel.HOMOGLYPHS  # a symbol
     lists = [wordlist_from_terms([Term("SHIT", MatchMode.WORD, case_sensitive=True), Term("s[h]it", MatchMode.WORD,
                                                                                         regex=True)])]
-    assert TextMatcher(lists, obfuscation="masked").scan("sh1t S.H.I.T") == []
+    assert TextMatcher(lists, obfuscation=Obfuscation.parse("masked")).scan("sh1t S.H.I.T") == []
 
 
 def test_precedence_term_over_list_over_request():
     text = "sh1t f.u.c.k"
     listed = parse_wordlist("@obfuscation leet\nshit\nfuck\n", "mine")
-    assert listed.obfuscation == "leet"
-    assert found_terms(TextMatcher([listed], obfuscation="off"), text) == {"shit"}  # the list's level wins
+    assert listed.obfuscation == Obfuscation.parse("leet")
+    assert found_terms(TextMatcher([listed], obfuscation=OFF), text) == {"shit"}  # the list's level wins
     own = parse_wordlist("shit | obfuscation=off\nfuck\n", "mine")
-    assert found_terms(TextMatcher([own], obfuscation="spaced"), text) == {"fuck"}  # the term's wins
-    assert found_terms(TextMatcher([own]), text) == set()  # nothing set anywhere: off
+    assert found_terms(TextMatcher([own], obfuscation=Obfuscation.parse("spaced")), text) == {"fuck"}  # the term's wins
+    assert found_terms(TextMatcher([own], obfuscation=OFF), text) == set()  # off where the term does not set one
+    assert found_terms(TextMatcher([own]), text) == {"fuck"}  # nothing named: DEFAULT_OBFUSCATION
 
 
 def test_settings_round_trip_and_change_the_digest():
     listed = parse_wordlist("@obfuscation masked+markup\nshit | obfuscation=leet\nfuck\n", "mine")
     assert parse_wordlist(format_wordlist(listed), "mine") == listed
     plain = parse_wordlist("shit\nfuck\n", "mine")
-    digests = {wordlist_digest([plain]), wordlist_digest([listed]), wordlist_digest(with_obfuscation([plain], "leet"))}
+    digests = {wordlist_digest([plain]), wordlist_digest([listed]),
+               wordlist_digest(with_obfuscation([plain], Obfuscation.parse("leet")))}
     assert len(digests) == 3
 
 
@@ -223,6 +225,21 @@ def test_bad_settings_are_refused_naming_the_line(line, reason):
 def test_obfuscation_parse_names_the_accepted_values(value):
     with pytest.raises(ValueError, match="off, homoglyphs, leet, spaced, masked"):
         Obfuscation.parse(value)
+
+
+@pytest.mark.parametrize(("value", "part"), [("maskd+markup", "unknown level 'maskd'"), ("leet+bold", "unknown switch 'bold'"),
+                                             ("masked+", "unknown switch ''"), ("", "unknown level ''")])
+def test_obfuscation_parse_names_the_bad_part(value, part):
+    with pytest.raises(ValueError, match=part):
+        Obfuscation.parse(value)
+
+
+def test_obfuscation_is_parsed_once_and_passed_typed():
+    assert Obfuscation.parse(" Masked + Markup ") == DEFAULT_OBFUSCATION
+    with pytest.raises(TypeError):
+        Obfuscation.parse(DEFAULT_OBFUSCATION)  # type: ignore[arg-type]  # already typed: nothing to parse
+    with pytest.raises(TypeError, match="Obfuscation.parse"):
+        with_obfuscation([wordlist_from_terms(["shit"])], "leet")  # type: ignore[arg-type]  # a string below the edge
 
 
 def test_obfuscation_parse_round_trips():

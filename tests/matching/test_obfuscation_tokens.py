@@ -13,6 +13,7 @@ from helpers.tokens import terms_by_tokens
 from guardrail.matching.codec import decode_artefact, encode_artefact
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton
 from guardrail.matching.obfuscation.nfa import ObfuscationNfa
 from guardrail.matching.textmatch import TextMatcher
@@ -20,7 +21,7 @@ from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation, wordlist_from_terms
 
 DATA = load_data("obfuscation_cases.json")
-SETTING = "masked+markup"
+SETTING = Obfuscation.parse("masked+markup")
 STORED = with_obfuscation([bundled_wordlist("en")], SETTING)
 OWN = with_obfuscation([wordlist_from_terms(["sorry", "rainbow", "teacher"])], SETTING)
 #: Fragments of the random texts: every obfuscated form of the set, clean traps, request terms in several

@@ -23,10 +23,10 @@ EXAMPLES_PER_OPERATION = 12  # ~7 operations: well under a minute on 2 cores
 # Each example a few tokens at most; no shrinking (each step would generate again): a failure reports the
 # example as generated.
 GENERATION_EXAMPLES_PER_OPERATION = 10
-# Every run draws the same cases (``derandomize``: Hypothesis seeds each operation's test from the test
-# function, and schemathesis then adds no per-run seed of its own), so a failure in CI fails the same way
-# here. The cost: no new cases from run to run; raise the example counts to explore more.
-DETERMINISTIC = True
+# Every run draws the same cases: the suite's Hypothesis profile (tests/conftest.py) sets ``derandomize``, so
+# Hypothesis seeds each operation's test from the test function and schemathesis adds no per-run seed of its
+# own; a failure in CI fails the same way here. The cost: no new cases from run to run; raise the example
+# counts to explore more (or HYPOTHESIS_PROFILE=dev).
 
 
 def openapi_document() -> dict:
@@ -52,8 +52,7 @@ def restored_default_list(service):
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
-          derandomize=DETERMINISTIC)
+@settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_input_makes_the_admin_or_check_api_fail_with_a_5xx(case, restored_default_list):
     token = CLIENT_KEY if case.path.startswith("/v1/") else ADMIN_TOKEN
     response = case.call(base_url=restored_default_list.base_url, headers={"Authorization": f"Bearer {token}"},
@@ -126,7 +125,7 @@ generation_schema = schemathesis.openapi.from_dict(bounded_generation_document()
 
 @generation_schema.parametrize()
 @settings(max_examples=GENERATION_EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
-          phases=[Phase.explicit, Phase.generate], derandomize=DETERMINISTIC)
+          phases=[Phase.explicit, Phase.generate])
 def test_no_generation_request_fails_with_a_5xx_or_answers_off_its_schema(case, service):
     response = case.call_and_validate(
         base_url=service.base_url, headers={"Authorization": f"Bearer {CLIENT_KEY}"}, timeout=120,

@@ -9,6 +9,7 @@ import pytest
 import redis
 from pydantic import ValidationError
 
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
 from service.stores.store import WriteConflict
 from service.tenants.keys import KEY_PREFIX, is_tenant_key, key_hash, key_id, new_key
 from service.tenants.labels import OTHER, TenantLabels
@@ -68,11 +69,12 @@ def test_the_evasion_guard_of_a_policy_is_its_default_and_floor(floor, asked, al
 ])
 def test_the_obfuscation_of_a_policy_is_its_default_and_floor(floor, asked, allowed):
     policy = TenantPolicy(obfuscation=floor)
+    typed = None if asked is None else Obfuscation.parse(asked)
     if allowed is None:
         with pytest.raises(PolicyViolation, match="weaker"):
-            policy.obfuscation_for(asked, "masked+markup")
+            policy.obfuscation_for(typed, DEFAULT_OBFUSCATION)
     else:
-        assert policy.obfuscation_for(asked, "masked+markup") == allowed
+        assert policy.obfuscation_for(typed, DEFAULT_OBFUSCATION) == Obfuscation.parse(allowed)
 
 
 def test_max_tokens_of_a_policy_stays_within_the_servers():

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guardrail.engines.base import check_request
-from guardrail.engines.vllm.logits_processor import GuardArgs, load_vocab
+from guardrail.engines.vllm.args import GuardArgs
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import GuardSession
 from guardrail.guard.verdict import KEEP, judge, judge_end
 from guardrail.matching.combined import ArtefactLike
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
 
@@ -139,6 +140,8 @@ class VLLMDriver:
 
     def __init__(self, engine, tokenizer_path: str | Path, vocab: TokenVocab | None = None):
         self.engine = engine
+        from guardrail.engines.vllm.logits_processor import load_vocab  # imports vLLM
+
         own_vocab, self.eos_ids = load_vocab(str(tokenizer_path))
         self.vocab = own_vocab if vocab is None else vocab
         if self.vocab.token_bytes != own_vocab.token_bytes:
@@ -187,18 +190,20 @@ class VLLMDriver:
         return cls(engine, directory, vocab)
 
     # -- the caller's side ------------------------------------------------------------------------------
-    def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = ()) -> ArtefactLike | None:
+    def artefact(self, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
+                 obfuscation: Obfuscation = DEFAULT_OBFUSCATION) -> ArtefactLike | None:
         """The compiled lists (``None`` without terms): bundled lists from guardrail's artefact cache, the
-        extra terms compiled per call and combined with them (``ArtefactCache.get_with_request``).
+        extra terms compiled per call and combined with them (``ArtefactCache.get_with_request``); the lists
+        that set no level at ``obfuscation`` (``DEFAULT_OBFUSCATION``, as on every path: docs/vllm.md).
 
         Raises:
             WordListError: unknown list name, invalid term.
         """
         from guardrail.wordlists.selection import select_wordlists
-        from guardrail.wordlists.wordlist import wordlist_from_terms
+        from guardrail.wordlists.wordlist import with_obfuscation, wordlist_from_terms
 
-        stored = select_wordlists(wordlists)
-        request_lists = [wordlist_from_terms(banned_terms)] if banned_terms else []
+        stored = with_obfuscation(select_wordlists(wordlists), obfuscation)
+        request_lists = with_obfuscation([wordlist_from_terms(banned_terms)] if banned_terms else [], obfuscation)
         if not any(wl.terms for wl in (*stored, *request_lists)):
             return None
         if self._cache is None:
@@ -211,13 +216,15 @@ class VLLMDriver:
 
     def stream(self, prompt_ids: Sequence[int], *, wordlists: Sequence[str] = (), banned_terms: Sequence[str] = (),
                artefact: ArtefactLike | None = None, params: SamplingParams | None = None,
-               cancel: threading.Event | None = None) -> Iterator[Event]:
+               cancel: threading.Event | None = None,
+               obfuscation: Obfuscation = DEFAULT_OBFUSCATION) -> Iterator[Event]:
         """Generate after ``prompt_ids``: :class:`TextDelta` and :class:`Rollback` events, then one :class:`Finish`
         (its ``usage`` a :class:`VLLMUsage`). The same events, hold-back and finish reasons as the embedded engine.
 
         Args:
             prompt_ids: the prompt's token ids (:func:`guardrail.prompts.prompt_ids`), not empty.
-            wordlists, banned_terms: what to guard against (none: plain vLLM, token for token), or
+            wordlists, banned_terms, obfuscation: what to guard against (none: plain vLLM, token for token), at
+                that level for the lists that set none (:meth:`artefact`), or
             artefact: the lists already compiled for :attr:`vocab` (the service's stored lists).
             params: sampling, stop strings, ``max_tokens``, rollback budget, ``timeout_s``.
             cancel: set it to end the stream at the next step (``finish_reason="cancelled"``).
@@ -232,7 +239,7 @@ class VLLMDriver:
         prompt = check_request(prompt_ids, params, num_logits=self.num_logits, max_model_len=self.max_model_len,
                                unsupported=UNSUPPORTED, engine="vLLM engine")
         if artefact is None:
-            artefact = self.artefact(wordlists, banned_terms)
+            artefact = self.artefact(wordlists, banned_terms, obfuscation)
         elif wordlists or banned_terms:
             raise ValueError("pass either artefact or wordlists/banned_terms, not both")
         # The engine masks the artefact's always-banned ids and the position bans; the session catches hits.

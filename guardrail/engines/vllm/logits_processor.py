@@ -24,6 +24,9 @@ are scalars or lists, so there the object is sent JSON-encoded: ``"vllm_xargs": 
                    the lists' always-banned ids, ``always_banned`` and ``bans``: the
                    rollback driver, :mod:`guardrail.engines.vllm.driver`, catches
                    hits itself and passes its artefact's always-banned ids here)
+    obfuscation    the level of the lists that set none: LEVEL or LEVEL+markup     default masked+markup
+                   (docs/matching.md); the default is DEFAULT_OBFUSCATION, the
+                   level of every other path (docs/vllm.md)
 
 What it guarantees (``mask="completing"``): at every step the ids that would complete a banned term from
 the request's current matcher state are masked (the mask primitive: what :meth:`MaskSession.mask_ids` masks),
@@ -40,12 +43,9 @@ every engine of the environment: ``vllm serve MODEL`` users enable nothing, they
 
 from __future__ import annotations
 
-import json
 import math
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -53,8 +53,10 @@ from cachetools import LRUCache
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from guardrail.engines.vllm.args import EXTRA_ARGS_KEY, GuardArgs, parse_guard_args
 from guardrail.guard.batch import BatchGuard, MaskRow, MaskTable, always_banned_ids
 from guardrail.matching.combined import ArtefactLike
+from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.vocab import TokenVocab
 
 if TYPE_CHECKING:
@@ -64,134 +66,11 @@ if TYPE_CHECKING:
 
 __all__ = ["EXTRA_ARGS_KEY", "GuardArgs", "GuardLogitsProcessor", "load_vocab", "parse_guard_args"]
 
-#: The key of ``SamplingParams.extra_args`` this processor reads.
-EXTRA_ARGS_KEY = "guardrail"
-MaskMode = Literal["completing", "bans"]
-_MASK_MODES = ("completing", "bans")
-_FIELDS = ("wordlists", "banned_terms", "bans", "always_banned", "resume_tokens", "mask")
-#: The former name of ``always_banned`` (it also named a session's whole mask then: docs/design.md, glossary),
-#: still read so that a gateway of the previous release keeps working against this processor.
-_DEPRECATED_FIELDS = {"banned_ids": "always_banned"}
 #: Compiled artefacts kept per processor (one per distinct list selection; a compile costs ~1 s on CPU).
 ARTEFACT_LIMIT = 32
 #: Always-banned arrays kept per processor (one per artefact and request ids: rows that share one share its
 #: layout in the batch's index).
 ALWAYS_BANNED_LIMIT = 256
-
-
-@dataclass(frozen=True)
-class GuardArgs:
-    """The validated ``extra_args["guardrail"]`` of one request (see the module docstring)."""
-
-    wordlists: tuple[str, ...] = ()
-    banned_terms: tuple[str, ...] = ()
-    bans: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    resume_tokens: int = 0
-    mask: MaskMode = "completing"
-    always_banned: tuple[int, ...] = ()
-
-    @property
-    def guards_terms(self) -> bool:
-        """Whether any term is guarded (else only ``bans`` apply)."""
-        return bool(self.wordlists or self.banned_terms)
-
-    def to_extra_args(self) -> dict[str, object]:
-        """The JSON-able ``extra_args`` entry that :func:`parse_guard_args` reads back."""
-        return {EXTRA_ARGS_KEY: self.to_json_object()}
-
-    def to_vllm_xargs(self) -> dict[str, str]:
-        """The ``vllm_xargs`` of an HTTP request to vLLM's server: the entry JSON-encoded."""
-        return {EXTRA_ARGS_KEY: json.dumps(self.to_json_object(), separators=(",", ":"))}
-
-    def to_json_object(self) -> dict[str, object]:
-        """The entry's object, JSON-able."""
-        return {
-            "wordlists": list(self.wordlists), "banned_terms": list(self.banned_terms),
-            "bans": {str(p): list(ids) for p, ids in self.bans.items()},
-            "always_banned": list(self.always_banned), "resume_tokens": self.resume_tokens, "mask": self.mask,
-        }
-
-
-def _field(name: str) -> str:
-    return f"extra_args[{EXTRA_ARGS_KEY!r}][{name!r}]"
-
-
-def _strings(name: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ValueError(f"{_field(name)} must be a list of strings, got {type(value).__name__}")
-    bad = [v for v in value if not isinstance(v, str) or not v.strip()]
-    if bad:
-        raise ValueError(f"{_field(name)} must hold non-empty strings, got {bad[:3]!r}")
-    return tuple(value)
-
-
-def _count(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{_field(name)} must be an int >= 0, got {value!r}")
-    return value
-
-
-def _token_ids(value: object) -> bool:
-    return not isinstance(value, str) and isinstance(value, Sequence) and all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
-
-
-def parse_guard_args(extra_args: Mapping[str, object] | None) -> GuardArgs | None:
-    """Read and validate a request's ``extra_args[EXTRA_ARGS_KEY]``; ``None`` when absent (unguarded).
-
-    The entry is an object, or that object JSON-encoded in a string (``vllm_xargs`` carries no nested objects).
-    Word-list names are checked against the bundled lists and terms against the word-list rules, so a
-    bad request fails at admission, before the engine sees it.
-
-    Raises:
-        ValueError: a malformed entry; the message names the field (``extra_args['guardrail']['bans']``)
-            and the bad value. (:class:`~guardrail.wordlists.wordlist.WordListError` is a ``ValueError``.)
-    """
-    if not extra_args or EXTRA_ARGS_KEY not in extra_args:
-        return None
-    raw = extra_args[EXTRA_ARGS_KEY]
-    if isinstance(raw, str):  # vllm_xargs on the HTTP server: values are scalars or lists
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] is a string but not JSON ({exc})") from None
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an object, got {type(raw).__name__}")
-    for old, new in _DEPRECATED_FIELDS.items():
-        if old in raw:
-            if new in raw:
-                raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: {old!r} is the former name of {new!r}; give one")
-            raw = {**{k: v for k, v in raw.items() if k != old}, new: raw[old]}
-    unknown = sorted(set(raw) - set(_FIELDS) - set(_DEPRECATED_FIELDS))
-    if unknown:
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]: unknown field(s) {unknown}; accepted: {list(_FIELDS)}")
-    wordlists = _strings("wordlists", raw.get("wordlists", ()))
-    terms = _strings("banned_terms", raw.get("banned_terms", ()))
-    bans_raw = raw.get("bans", {})
-    if not isinstance(bans_raw, Mapping):
-        raise ValueError(f"{_field('bans')} must be an object {{position: [token ids]}}, got {type(bans_raw).__name__}")
-    bans: dict[int, tuple[int, ...]] = {}
-    always_banned = raw.get("always_banned", ())
-    if not _token_ids(always_banned):
-        raise ValueError(f"{_field('always_banned')} must be a list of token ids >= 0, got {always_banned!r}")
-    for key, ids in bans_raw.items():
-        try:
-            position = int(key)
-        except (TypeError, ValueError):
-            position = -1
-        if position < 0:
-            raise ValueError(f"{_field('bans')}: positions must be ints >= 0, got {key!r}")
-        if not _token_ids(ids):
-            raise ValueError(f"{_field('bans')}[{key!r}] must be a list of token ids >= 0, got {ids!r}")
-        bans[position] = tuple(ids)
-    resume = _count("resume_tokens", raw.get("resume_tokens", 0))
-    mask = raw.get("mask", "completing")
-    if mask not in _MASK_MODES:
-        raise ValueError(f"{_field('mask')} must be one of {list(_MASK_MODES)}, got {mask!r}")
-    from guardrail.wordlists.selection import select_wordlists
-
-    select_wordlists(wordlists, terms)  # unknown list names and invalid terms raise here, named
-    return GuardArgs(wordlists, terms, bans, resume, mask, tuple(always_banned))
 
 
 def load_vocab(tokenizer_path: str) -> tuple[TokenVocab, frozenset[int]]:
@@ -240,7 +119,8 @@ class GuardLogitsProcessor(LogitsProcessor):
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
         # guarded by _lock; a MaskTable holds its artefact
-        self._tables: LRUCache[tuple[tuple[str, ...], tuple[str, ...]], MaskTable] = LRUCache(ARTEFACT_LIMIT)
+        self._tables: LRUCache[tuple[tuple[str, ...], tuple[str, ...], Obfuscation], MaskTable] = LRUCache(
+            ARTEFACT_LIMIT)
         self._always: LRUCache[tuple[int, tuple[int, ...]], tuple[ArtefactLike | None, np.ndarray]] = LRUCache(
             ALWAYS_BANNED_LIMIT)
         self._cache: ArtefactCache | None = None
@@ -334,19 +214,18 @@ class GuardLogitsProcessor(LogitsProcessor):
 
     def _table(self, args: GuardArgs) -> MaskTable:
         """The :class:`MaskTable` of the request's lists (compiled once per selection, kept in an LRU)."""
-        key = (args.wordlists, tuple(sorted(set(args.banned_terms))))
+        key = (args.wordlists, tuple(sorted(set(args.banned_terms))), args.obfuscation)
         with self._lock:
             found = self._tables.get(key)  # a hit becomes the most recently used
             if found is not None:
                 return found
         from guardrail.matching.cache import ArtefactCache
         from guardrail.models import cache_dir
-        from guardrail.wordlists.selection import select_wordlists
 
         vocab = self._load_vocab()
         if self._cache is None:
             self._cache = ArtefactCache(cache_dir=cache_dir())
-        artefact, _ = self._cache.get(vocab, select_wordlists(args.wordlists, args.banned_terms))
+        artefact, _ = self._cache.get(vocab, args.selected_wordlists())
         table = MaskTable.of(artefact, self._eos_ids)
         with self._lock:
             self._tables[key] = table

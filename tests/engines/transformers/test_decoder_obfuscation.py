@@ -16,7 +16,7 @@ from guardrail.wordlists.wordlist import bundled_wordlist, with_obfuscation
 
 pytestmark = pytest.mark.slow
 
-LISTS = with_obfuscation([bundled_wordlist("en")], str(DEFAULT_OBFUSCATION))
+LISTS = with_obfuscation([bundled_wordlist("en")], DEFAULT_OBFUSCATION)
 VERIFIER = TextMatcher(LISTS)  # the same level the artefact is compiled at
 #: One form of each kind the default level claims (tests/data/obfuscation_cases.json has the full set).
 FORMS = ["f.u.c.k", "f u c k", "f-u-c-k", "f_u_c_k", "sh1t", "a$$hole", "fuuuuck", "f*ck", "fսck", "аsshole",

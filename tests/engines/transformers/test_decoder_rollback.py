@@ -13,6 +13,7 @@ import torch
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
 from guardrail.guard.events import Finish, Rollback, TextDelta
 from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.obfuscation import OFF  # the artefacts here compile the lists as they are
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -49,7 +50,7 @@ def script(smollm2_tokenizer):
 
 def compile_terms(vocab, *terms):
     lists = [wordlist_from_terms(terms)]
-    return compile_artefact(vocab, lists), TextMatcher(lists)
+    return compile_artefact(vocab, lists), TextMatcher(lists, obfuscation=OFF)
 
 
 def run(decoder, ids, artefact, **params):
@@ -222,6 +223,6 @@ def test_term_pushed_into_a_non_canonical_split_is_still_caught(decoder, vocab, 
 
 def test_substring_term_inside_longer_words_is_caught(decoder, vocab, chat):
     terms = [wordlist_from_terms([Term("capit", MatchMode.SUBSTRING)])]
-    artefact, matcher = compile_artefact(vocab, terms), TextMatcher(terms)
+    artefact, matcher = compile_artefact(vocab, terms), TextMatcher(terms, obfuscation=OFF)
     events, finish = run(decoder, chat("What is the capital of France?"), artefact, temperature=0, max_tokens=12)
     assert_clean_stream(events, matcher)

@@ -12,6 +12,7 @@ import torch
 from guardrail.engines.transformers.decoder import generation_eos_ids
 from guardrail.engines.transformers.logits_processor import MaskOnlyLogitsProcessor
 from guardrail.matching.compiler import compile_artefact
+from guardrail.matching.obfuscation import OFF  # the artefacts here compile the lists as they are
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.vocab import TokenVocab
 from guardrail.prompts import prompt_ids
@@ -64,7 +65,7 @@ def test_mask_only_single_token_substring_terms_never_appear(smollm2_model, smol
     lists = [wordlist_from_terms([Term(a, MatchMode.SUBSTRING) for a in ANIMALS])]
     processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, lists), vocab)
     texts, missed = generate(smollm2_model, smollm2_tokenizer, vocab, chats, processor)
-    matcher = TextMatcher(lists)
+    matcher = TextMatcher(lists, obfuscation=OFF)
     assert [matcher.scan(text) for text in texts] == [[], []], texts
     assert texts != unguarded
     assert missed == [[], []]
@@ -75,7 +76,7 @@ def test_mask_only_word_terms_complete_only_after_the_fact_at_the_length_cut(smo
     lists = [wordlist_from_terms(ANIMALS)]
     processor = MaskOnlyLogitsProcessor(compile_artefact(vocab, lists), vocab)
     texts, missed = generate(smollm2_model, smollm2_tokenizer, vocab, chats, processor)
-    matcher = TextMatcher(lists)
+    matcher = TextMatcher(lists, obfuscation=OFF)
     for text, row_missed in zip(texts, missed):
         found = matcher.scan(text)
         # Inside the text no term is complete; one may stand at the very end, where the text was cut (followed at
