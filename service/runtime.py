@@ -23,8 +23,8 @@ from guardrail.guard.escalation import ESCALATION_ARTEFACTS
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
-from guardrail.matching.regex import automaton as regex_automaton
 from guardrail.matching.obfuscation import Obfuscation
+from guardrail.matching.regex import automaton as regex_automaton
 from guardrail.matching.textmatch import TextMatcher
 from guardrail.matching.token_text import TokenTextIndex
 from guardrail.matching.vocab import TokenVocab

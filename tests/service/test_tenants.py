@@ -9,7 +9,7 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, OFF, Obfuscation
 from service.stores.store import WriteConflict
 from service.tenants.keys import KEY_PREFIX, is_tenant_key, key_hash, key_id, new_key
 from service.tenants.labels import OTHER, TenantLabels
@@ -324,9 +324,10 @@ def test_the_anonymous_policy_is_built_from_the_settings_and_binds_static_keys_t
         assert policy.wordlists([], ["en", "de"]) == ["en"]  # "wordlists": [] keeps the required list
         assert policy.wordlists(["de"], ["en"]) == ["en", "de"]
         with pytest.raises(PolicyViolation) as weaker:
-            policy.obfuscation_for("off", "off")
+            policy.obfuscation_for(Obfuscation.parse("off"), OFF)
         assert weaker.value.param == "obfuscation"
-        assert policy.obfuscation_for(None, "off") == "leet" and policy.obfuscation_for("masked", "off") == "masked"
+        assert policy.obfuscation_for(None, OFF) == Obfuscation.parse("leet")
+        assert policy.obfuscation_for(Obfuscation.parse("masked"), OFF) == Obfuscation.parse("masked")
         with pytest.raises(PolicyViolation) as guard_off:
             policy.evasion_guard_for("off", "substring")
         assert guard_off.value.param == "evasion_guard"
