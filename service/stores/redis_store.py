@@ -54,6 +54,7 @@ from service.stores.store import (
     WriteConflict,
     trimmed,
 )
+from service.stores.write_outcome import COMMITTED, MARKER_TTL_S, committed, forget, new_marker
 
 log = logging.getLogger("guardrail.service.store")
 
@@ -216,15 +217,16 @@ class RedisStore:
             for attempt in range(MAX_WRITE_ATTEMPTS):
                 if attempt:
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+                marker = new_marker(self.namespace)
                 with self._redis.pipeline() as pipe:
                     try:
-                        pipe.watch(key, counter, history_key, self._epoch_key)
+                        pipe.watch(key, counter, history_key, self._epoch_key, marker)
                         if not self._adopt_epoch(pipe.get(self._epoch_key)):
                             self._sync_epoch()  # lost (or replaced) since the last read: versions restart
                             continue            # above the new floor; read everything again
                         current = self._decode(name, pipe.hgetall(key))
-                        if precondition is not None and not precondition.holds(current.version if current else None):
-                            raise PreconditionFailed(name, current.version if current else None)
+                        if precondition is not None and not precondition.holds_for(current):
+                            raise PreconditionFailed.of(name, current)
                         change = compute(current)
                         if change is None:
                             return current
@@ -262,7 +264,17 @@ class RedisStore:
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
                         pipe.publish(self.channel, json.dumps({"list": name, "version": version}))
-                        pipe.execute()
+                        pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
+                        try:
+                            pipe.execute()
+                        except WatchError:
+                            raise
+                        except RedisError as exc:  # sent, reply lost: did it commit? (write_outcome.py)
+                            if not committed(self._redis, marker, f"word list {name!r}"):
+                                raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
+                                                       "and did not commit") from exc
+                        else:
+                            forget(self._redis, marker)
                     except WatchError:
                         continue  # the list changed under us: recompute against the new version
                     if change.wordlist is None:
