@@ -37,7 +37,7 @@ from service.tenants.access import Tenants
 from service.tenants.keys import key_hash, new_key
 from service.tenants.labels import RESERVED_NAMES
 from service.tenants.policy import TenantPolicy
-from service.tenants.store import TenantChange, TenantRecord
+from service.tenants.store import TenantChange, TenantRecord, rotated
 
 _ERRORS = {
     401: {"description": "No bearer token."},
@@ -180,14 +180,6 @@ def put_policy(name: TenantName, body: TenantPolicy, token_id: TokenId, tenants:
 def _digest_of(etag: str) -> str:
     """The digest part of an entity tag of this service (``"v3-<digest>"``)."""
     return etag.strip('"').partition("-")[2]
-
-
-def rotated(current: TenantRecord, new_hash: str) -> TenantRecord:
-    """``current`` with the live key ``new_hash``. The key that stays valid beside it until it is first used:
-    the live key, or, when the live key was itself never used since the last rotate, the previous one (the
-    key the tenant is known to hold); none after a revoke."""
-    previous = current.previous_key_hash or current.key_hash
-    return TenantRecord(current.name, current.policy, new_hash, previous_key_hash=previous)
 
 
 @router.post("/admin/tenants/{name}/rotate", response_model=TenantWithKey,

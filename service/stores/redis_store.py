@@ -35,6 +35,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 
 import redis
@@ -81,6 +82,7 @@ class RedisStore:
         epoch: id of the life of the data this store last saw (None before the first contact).
         floor: versions of this epoch are above it (0, or the time in ms when a loss was detected).
         resets: data losses detected by this store object.
+        settled: writes whose EXEC reply was lost, by outcome (``committed``, ``not_committed``, ``unknown``).
 
     Raises:
         StoreUnavailable: from every method when Redis does not answer (message has the reason).
@@ -103,6 +105,8 @@ class RedisStore:
         self.floor = 0
         self.resets = 0
         self.last_reset_at: float | None = None
+        #: Writes whose reply was lost, by how the check settled them (service/stores/write_outcome.py).
+        self.settled: Counter[str] = Counter()
 
     def _list_key(self, name: str) -> str:
         return f"{self.namespace}wordlist:{name}"
@@ -267,10 +271,12 @@ class RedisStore:
                         pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
                         try:
                             pipe.execute()
-                        except WatchError:
-                            raise
-                        except RedisError as exc:  # sent, reply lost: did it commit? (write_outcome.py)
-                            if not committed(self._redis, marker, f"word list {name!r}"):
+                        except RedisError as exc:
+                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
+                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
+                            if not committed(self._redis, marker, f"word list {name!r}", self.settled):
+                                if isinstance(exc, WatchError):
+                                    raise  # not committed: another writer, or the connection; try again
                                 raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
                                                        "and did not commit") from exc
                         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 
 import redis
 from redis.exceptions import RedisError
@@ -44,26 +45,31 @@ def forget(client: redis.Redis, marker: str) -> None:
         pass
 
 
-def committed(client: redis.Redis, marker: str, what: str) -> bool:
+def committed(client: redis.Redis, marker: str, what: str, tally: Counter[str] | None = None) -> bool:
     """Whether the transaction that watched and set ``marker`` committed (True) or never will (False).
 
     Args:
         client: the store's client (a fresh connection of its pool is used).
         marker: the write's marker key (:func:`new_marker`).
         what: the write, for the error message (``"word list 'pets'"``).
+        tally: counts each outcome (``"committed"``, ``"not_committed"``, ``"unknown"``) when given.
 
     Raises:
         WriteOutcomeUnknown: Redis did not answer the check in :data:`SETTLE_ATTEMPTS` tries.
     """
+    tally = tally if tally is not None else Counter()
     last: RedisError | None = None
     for attempt in range(SETTLE_ATTEMPTS):
         if attempt:
             time.sleep(_SETTLE_WAIT_S * 2 ** (attempt - 1))
         try:
-            if client.set(marker, _ABORTED, nx=True, ex=MARKER_TTL_S):
-                return False  # fenced: the transaction, if it ever reaches EXEC, aborts
-            return client.get(marker) == COMMITTED
+            # Fenced when set here: the transaction, if it ever reaches EXEC, aborts.
+            done = not client.set(marker, _ABORTED, nx=True, ex=MARKER_TTL_S) and client.get(marker) == COMMITTED
         except RedisError as exc:
             last = exc
+            continue
+        tally["committed" if done else "not_committed"] += 1
+        return done
+    tally["unknown"] += 1
     raise WriteOutcomeUnknown(f"the change of {what} was sent but Redis stopped answering before it could be told "
                               f"whether it committed ({last}); read it back to see") from last

@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -150,6 +151,13 @@ class TenantStore(Protocol):
         """The latest ``limit`` records, newest first."""
 
 
+def rotated(current: TenantRecord, new_hash: str) -> TenantRecord:
+    """``current`` with the live key ``new_hash``; the key live before (none after a revoke) stays valid beside
+    it until ``new_hash`` is first used. So a rotate whose answer is lost (:mod:`service.stores.write_outcome`)
+    never locks the tenant out: committed or not, the key it was last shown still authenticates."""
+    return TenantRecord(current.name, current.policy, new_hash, previous_key_hash=current.key_hash)
+
+
 def _stamped(change: TenantChange, current: TenantRecord | None, now: float) -> TenantRecord | None:
     if change.record is None:
         return None
@@ -180,6 +188,8 @@ class RedisTenantStore:
         self._index = f"{namespace}tenants"
         self._audit = f"{namespace}tenant-audit"
         self._audit_max = audit_max_records
+        #: Writes whose reply was lost, by how the check settled them (service/stores/write_outcome.py).
+        self.settled: Counter[str] = Counter()
 
     def _record_key(self, name: str) -> str:
         return f"{self._ns}tenant:{name}"
@@ -249,10 +259,12 @@ class RedisTenantStore:
                         pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
                         try:
                             pipe.execute()
-                        except WatchError:
-                            raise
-                        except RedisError as exc:  # sent, reply lost: did it commit? (write_outcome.py)
-                            if not committed(self._redis, marker, f"tenant {name!r}"):
+                        except RedisError as exc:
+                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
+                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
+                            if not committed(self._redis, marker, f"tenant {name!r}", self.settled):
+                                if isinstance(exc, WatchError):
+                                    raise  # not committed: another writer, or the connection; try again
                                 raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
                                                        "and did not commit") from exc
                         else:
