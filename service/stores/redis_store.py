@@ -10,13 +10,16 @@ Keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``, default ``"guardrail:"``)::
     {ns}audit                     list of JSON audit records, newest first, capped (LTRIM)
     {ns}wordlist-changes          pub/sub channel: {"list", "version"} after each change (a hint only)
     {ns}store-epoch               {"id", "floor"}: which life of the data this is (see below)
+    {ns}write:{id}                a write's marker: "committed" / "aborted" (service/stores/write_outcome.py)
 
 A write is optimistic: ``WATCH`` the list's keys and the epoch, read, compute, then ``MULTI``/``EXEC``
 the new content, index entry, audit record and notification; a concurrent change of the same list
 aborts the transaction and the write is retried against the new current version, after a random
 wait that doubles with each attempt ("full jitter", AWS Architecture Blog, "Exponential Backoff And
 Jitter", 2015), so that busy writers spread out instead of colliding again at once. A write that
-still collides after :data:`MAX_WRITE_ATTEMPTS` raises :class:`WriteConflict` (busy, not down).
+still collides after :data:`MAX_WRITE_ATTEMPTS` raises :class:`WriteConflict` (busy, not down). A
+transaction whose ``EXEC`` reply is lost is settled through its write marker: the answer is its success,
+:class:`StoreUnavailable` (it did not commit) or :class:`~service.stores.store.WriteOutcomeUnknown`.
 
 Epoch: a Redis without persistence that restarts comes back empty, and version counters would start
 again at 1, so an old ``If-Match: "v1"`` would match again. Each store remembers the epoch id it
