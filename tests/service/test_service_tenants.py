@@ -283,7 +283,7 @@ def test_a_policy_put_with_a_stale_if_match_is_refused_and_changes_nothing(servi
     assert changed.status_code == 200 and changed.headers["ETag"] != etag
     stale = service.admin("PUT", f"/admin/tenants/{name}/policy", json={"requests_per_minute": 7},
                           headers={"If-Match": etag})
-    assert stale.status_code == 412 and error_of(stale)["param"] == "If-Match"
+    assert stale.status_code == 412 and stale.json()["error"]["param"] == "If-Match"
     assert stale.headers["ETag"] == changed.headers["ETag"]
     assert service.admin("GET", f"/admin/tenants/{name}").json()["policy"]["requests_per_minute"] == 5
 
