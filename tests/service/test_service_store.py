@@ -364,3 +364,19 @@ def test_the_catalog_reseeds_and_counts_a_loss_of_the_data(redis_url, redis_pref
     catalog.refresh()
     assert metrics.store_resets._value.get() == 1
     assert catalog.get("en") is not None and catalog.get("en").version > before
+
+
+def test_a_version_number_given_again_after_a_partial_loss_is_another_etag(redis_url, redis_prefix):
+    store = RedisStore(redis_url, redis_prefix)
+    put(store, "pets", ["cat"])
+    second = put(store, "pets", ["dog"])
+    # What a Redis restored from a snapshot older than the last write leaves: the epoch survived, the list and
+    # its counter are back at version 1, so the next write is version 2 again, with other content.
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.set(f"{redis_prefix}wordlist-version:pets", 1)
+    client.hset(f"{redis_prefix}wordlist:pets", "version", 1)
+    again = put(store, "pets", ["eel"])
+    assert again.version == second.version and again.etag != second.etag
+    with pytest.raises(PreconditionFailed):  # the tag of the lost version 2 does not match the new version 2
+        put(store, "pets", ["fox"], Precondition.if_match(second.etag))
+    assert [t.text for t in store.get("pets").wordlist.terms] == ["eel"]
