@@ -14,13 +14,21 @@ over the lists in effect, at the service's default obfuscation level): a prefix 
 leak, and is recorded with its request. The server's resident set size (RSS, bytes, of the service process and
 its children) is sampled every ``--rss-interval`` seconds.
 
+``--abuse-every N`` (default off) makes every N-th request of each client an abuse request instead, one of
+``bench/abuse.py``'s light attacks in turn (:func:`abuse.light_requests`: many regex request terms, a 1 MB
+schema description, an anonymous guard-off request, ``/readyz``, a ``/v1/check`` probe of a tenant's private
+list, a 1 MiB body of unknown keys, a wrong admin token; the service the soak starts holds that private list).
+Their answers are tallied per attack and status in ``abuse``; only a 5xx or a failed connection counts in
+``abuse_errors``, and the normal requests' ``errors`` and ``leaks`` keep their floors (issue 31: 0 with abuse at
+1 in 20).
+
 Prints one JSON object: counts per kind, ``errors`` (unintended: a non-200 answer to a valid request, a stream
 without ``[DONE]``, an error event), ``leaks`` (with the prefixes), p50/p99 of time to first token and of request
 time (seconds), and ``rss`` samples with ``rss_growth_after_warmup`` (last sample / the first sample at or after
 ``--warmup-minutes``, minus 1). Floor for the README (issue 22): 8 clients x 30 minutes, 0 errors, 0 leaks,
 ``rss_growth_after_warmup`` < 0.10.
 
-Usage: python bench/soak.py [--clients 8] [--minutes 30] [--url http://host:port] [--api-key KEY]
+Usage: python bench/soak.py [--clients 8] [--minutes 30] [--url http://host:port] [--api-key KEY] [--abuse-every 20]
   Without ``--url`` it starts the service itself (embedded store, default settings).
 """
 
@@ -38,6 +46,7 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import abuse  # noqa: E402
 import httpx  # noqa: E402
 import psutil  # noqa: E402
 from harness import percentiles, start_service, user_turn  # noqa: E402
@@ -65,7 +74,7 @@ TERM_POOL = ["the", "robot", "paint", "rain", "city", "wheel", "water", "cloud",
              "cook", "salt", "boots", "tent", "animal", "dog", "cat", "very", "beautiful", "because", "little"]
 MIX = {"stored": 4, "terms": 4, "cancel": 1, "bad": 1}
 MAX_TOKENS = 64
-ADMIN_TOKEN = "soak-admin-token-0123456789abcdef-xyz"  # 32+ characters
+ADMIN_TOKEN = "soak-admin-token-0123456789abcdef0123456"  # >= 32 characters (issue 31 item 6)
 
 
 @dataclass
@@ -75,6 +84,8 @@ class Tally:
     leaks: list[dict] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list)
     request_s: list[float] = field(default_factory=list)
+    abuse: dict[str, dict[str, int]] = field(default_factory=dict)
+    abuse_errors: list[dict] = field(default_factory=list)
 
     def count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -150,13 +161,36 @@ async def one_request(client: httpx.AsyncClient, base: str, kind: str, judge: Ju
     tally.request_s.append(time.perf_counter() - started)
 
 
+async def abuse_request(base: str, name: str, tally: Tally) -> None:
+    """One light attack (``bench/abuse.py``), sent from a worker thread (its bodies are built synchronously)."""
+    def send() -> int:
+        with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as client:
+            return abuse.light_requests(base)[name](client).status_code
+
+    try:
+        status = await asyncio.to_thread(send)
+    except httpx.HTTPError as error:
+        tally.abuse_errors.append({"kind": name, "error": f"{type(error).__name__}: {error}"})
+        return
+    counts = tally.abuse.setdefault(name, {})
+    counts[str(status)] = counts.get(str(status), 0) + 1
+    if status >= 500:
+        tally.abuse_errors.append({"kind": name, "status": status})
+
+
 async def client_loop(index: int, base: str, deadline: float, judge: Judge, tally: Tally,
-                      api_key: str | None, seed: int) -> None:
+                      api_key: str | None, seed: int, abuse_every: int = 0) -> None:
     rng = random.Random(seed * 1000 + index)
     mix = dict(MIX, **({"tenant": 2} if api_key else {}))
     kinds, weights = list(mix), list(mix.values())
+    attacks = sorted(abuse.light_requests(base))
+    sent = 0
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=10.0)) as client:
         while time.monotonic() < deadline:
+            sent += 1
+            if abuse_every and sent % abuse_every == 0:
+                await abuse_request(base, attacks[(sent // abuse_every + index) % len(attacks)], tally)
+                continue
             kind = rng.choices(kinds, weights)[0]
             try:
                 await one_request(client, base, kind, judge, tally, rng, api_key)
@@ -192,7 +226,8 @@ async def soak(base: str, pid: int | None, args: argparse.Namespace) -> dict:
     judge, tally, samples = Judge(), Tally(), []
     started = time.monotonic()
     deadline = started + args.minutes * 60
-    tasks = [client_loop(i, base, deadline, judge, tally, args.api_key, args.seed) for i in range(args.clients)]
+    tasks = [client_loop(i, base, deadline, judge, tally, args.api_key, args.seed, args.abuse_every)
+             for i in range(args.clients)]
     if pid is not None:
         tasks.append(sample_rss(pid, deadline, args.rss_interval, started, samples))
     await asyncio.gather(*tasks)
@@ -206,6 +241,8 @@ async def soak(base: str, pid: int | None, args: argparse.Namespace) -> dict:
         "leaks": len(tally.leaks), "leak_samples": tally.leaks[:20],
         "ttft_s": percentiles(tally.ttft_s), "request_s": percentiles(tally.request_s),
         "rss": samples, "rss_growth_after_warmup": growth,
+        "abuse_every": args.abuse_every, "abuse": tally.abuse, "abuse_errors": len(tally.abuse_errors),
+        "abuse_error_samples": tally.abuse_errors[:20],
         "floors": {"errors": 0, "leaks": 0, "rss_growth_after_warmup": 0.10},
     }
 
@@ -220,6 +257,8 @@ def main() -> None:
     parser.add_argument("--api-key", help="a tenant key; adds 'tenant' requests to the mix")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server-log", help="append the started service's stdout and stderr (JSON lines) here")
+    parser.add_argument("--abuse-every", type=int, default=0, metavar="N",
+                        help="every N-th request of each client is an abuse request (bench/abuse.py); 0: none")
     args = parser.parse_args()
     if args.url:
         print(json.dumps(asyncio.run(soak(args.url.rstrip("/"), None, args)), indent=1))
@@ -228,6 +267,8 @@ def main() -> None:
         process, base = start_service(data_dir, {"GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN}, log_path=args.server_log)
         try:
             args.api_key = args.api_key or create_tenant(base)
+            if args.abuse_every:  # the tenant list the abuse requests probe
+                abuse.prepare(base, ADMIN_TOKEN)
             result = asyncio.run(soak(base, process.pid, args))
         finally:
             process.terminate()

@@ -5,7 +5,7 @@
     guardrail tenants list
     guardrail tenants show app-a
     guardrail tenants set-policy app-a --allowed-wordlists en,de --no-request-terms
-    guardrail tenants rotate app-a                       # prints the new key once; the old one stops at once
+    guardrail tenants rotate app-a                       # prints the new key once; the old one stops at its first use
     guardrail tenants revoke app-a
     guardrail tenants delete app-a
     guardrail tenants audit --limit 20
@@ -154,7 +154,7 @@ def add_tenants_command(subparsers: argparse._SubParsersAction) -> argparse.Argu
     action("show", "show one tenant")
     _add_policy_options(action("create", "create a tenant and print its API key (shown once)"))
     _add_policy_options(action("set-policy", "replace a tenant's policy (options left out: the server's setting)"))
-    action("rotate", "issue a new key (printed once); the old one is refused at once")
+    action("rotate", "issue a new key (printed once); the old one is refused from the new one's first use")
     action("revoke", "revoke the tenant's key at once")
     action("delete", "delete the tenant and its key")
     audit = action("audit", "tenant changes, newest first", named=False)

@@ -7,9 +7,10 @@ policy's ``own_wordlists`` and reads the bundled lists; any other list is a 404 
 exist, so that names do not leak. The audit log is the admin's only. Reads go to the store
 (the truth, so an ETag read here is current); a successful write is applied to this replica's
 catalog at once and reaches other replicas through the store (hint + version polling). Optimistic
-concurrency: ``ETag: "v<version>"`` on reads and writes, ``If-Match`` (412 when stale) and
+concurrency: ``ETag: "v<version>-<content digest>"`` on reads and writes, ``If-Match`` (412 when stale) and
 ``If-None-Match: *`` (create only) on writes. A failed write changes nothing: the previous version
-keeps serving.
+keeps serving; a write whose outcome the store cannot tell (Redis stopped answering after the commit and
+before its check) is a 503 ``write_outcome_unknown`` that says so (:mod:`service.stores.write_outcome`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from service.stores.store import (
     StoreUnavailable,
     WordListNotFound,
     WriteConflict,
+    WriteOutcomeUnknown,
     deletion,
     patched,
     replacement,
@@ -66,7 +68,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], responses=_ERRORS)
 TokenId = Annotated[str, Depends(require_admin)]
 Access = Annotated[ListAccess, Depends(require_list_access)]
 ListName = Annotated[str, Path(pattern=NAME_PATTERN, description="1-64 of A-Z a-z 0-9 _ . - (not first: . _ -)")]
-IfMatch = Annotated[str | None, Header(description='"v<version>" from an ETag, or *')]
+IfMatch = Annotated[str | None, Header(description='"v<version>-<digest>" from an ETag, or *')]
 IfNoneMatch = Annotated[str | None, Header(description="* : create only, 412 if the list exists")]
 
 
@@ -83,10 +85,12 @@ def _store_errors(runtime: Runtime) -> Iterator[None]:
     except WordListNotFound as exc:
         raise ApiError(404, str(exc), param="name", code="wordlist_not_found") from None
     except PreconditionFailed as exc:
-        headers = {"ETag": f'"v{exc.current}"'} if exc.current is not None else {}
+        headers = {"ETag": exc.etag} if exc.etag else {}
         raise ApiError(412, str(exc), param="If-Match", code="precondition_failed", headers=headers) from None
     except WriteConflict as exc:  # busy, not down: a 409 the client retries, outside the 5xx alert
         raise ApiError(409, str(exc), param="name", code="write_conflict", headers={"Retry-After": "1"}) from None
+    except WriteOutcomeUnknown as exc:
+        raise ApiError(503, str(exc), code="write_outcome_unknown", headers={"Retry-After": "1"}) from None
     except StoreUnavailable as exc:
         raise ApiError(503, f"word-list store unavailable ({exc}); the previous version keeps serving",
                        code="store_unavailable", headers={"Retry-After": "1"}) from None

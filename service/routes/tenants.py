@@ -4,7 +4,11 @@ audited with the admin token's id, as list edits are. A key is in the answer to 
 once; the store keeps its SHA-256.
 
 A rotate or revoke takes effect on every replica when it is acknowledged: requests look their key up in the
-store each time (:mod:`service.tenants.access`).
+store each time (:mod:`service.tenants.access`). A rotate keeps the previous key valid until the new one is
+first used, so that a rotate whose answer is lost (the store stopped answering after the commit) never locks
+the tenant out; a revoke ends every key at once (revoke, then rotate: the way to end a leaked key now). A write
+whose outcome the store cannot tell is a 503 ``write_outcome_unknown``, never "nothing was changed"
+(docs/service.md "Writes and their outcome"). ``PUT .../policy`` takes ``If-Match`` (the tenant's ``etag``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from guardrail.wordlists.wordlist import bundled_names
 from service.auth import require_admin
@@ -21,12 +25,19 @@ from service.deps import RuntimeDep
 from service.errors import ApiError
 from service.runtime import Runtime
 from service.schemas.tenants import TenantAuditLog, TenantAuditOut, TenantIn, TenantIndex, TenantOut, TenantWithKey
-from service.stores.store import NAME_PATTERN, StoreUnavailable, WriteConflict
+from service.stores.store import (
+    NAME_PATTERN,
+    Precondition,
+    PreconditionFailed,
+    StoreUnavailable,
+    WriteConflict,
+    WriteOutcomeUnknown,
+)
 from service.tenants.access import Tenants
 from service.tenants.keys import key_hash, new_key
 from service.tenants.labels import RESERVED_NAMES
 from service.tenants.policy import TenantPolicy
-from service.tenants.store import TenantChange, TenantRecord
+from service.tenants.store import TenantChange, TenantRecord, rotated
 
 _ERRORS = {
     401: {"description": "No bearer token."},
@@ -65,8 +76,14 @@ def _store_errors(name: str | None = None) -> Iterator[None]:
     except _Exists:
         raise ApiError(409, f"tenant {name!r} exists; rotate its key or change its policy instead", param="name",
                        code="tenant_exists") from None
+    except PreconditionFailed as exc:
+        headers = {"ETag": exc.etag} if exc.etag else {}
+        raise ApiError(412, str(exc), param="If-Match", code="precondition_failed", headers=headers) from None
     except WriteConflict as exc:
         raise ApiError(409, str(exc), param="name", code="write_conflict", headers={"Retry-After": "1"}) from None
+    except WriteOutcomeUnknown as exc:
+        raise ApiError(503, f"{exc}. A rotate leaves the previous key valid either way", code="write_outcome_unknown",
+                       headers={"Retry-After": "1"}) from None
     except StoreUnavailable as exc:
         raise ApiError(503, f"tenant store unavailable ({exc}); nothing was changed", code="store_unavailable",
                        headers={"Retry-After": "1"}) from None
@@ -122,40 +139,59 @@ def create_tenant(body: TenantIn, token_id: TokenId, tenants: TenantsDep, runtim
 
 
 @router.get("/admin/tenants/{name}", response_model=TenantOut, summary="Read a tenant", responses=_NOT_FOUND)
-def get_tenant(name: TenantName, _: TokenId, tenants: TenantsDep) -> TenantOut:
+def get_tenant(name: TenantName, _: TokenId, tenants: TenantsDep, response: Response) -> TenantOut:
     with _store_errors(name):
         record = tenants.store.get(name)
         if record is None:
             raise _NotFound
+    response.headers["ETag"] = record.etag
     return TenantOut.of(record)
 
 
 @router.put("/admin/tenants/{name}/policy", response_model=TenantOut, summary="Replace a tenant's policy",
-            responses=_NOT_FOUND)
+            responses={**_NOT_FOUND, 412: {"description": "Stale If-Match."}})
 def put_policy(name: TenantName, body: TenantPolicy, token_id: TokenId, tenants: TenantsDep,
-               runtime: RuntimeDep) -> TenantOut:
+               runtime: RuntimeDep, response: Response,
+               if_match: Annotated[str | None, Header(description='The tenant\'s etag ("v<version>-<digest>"), '
+                                                       "or *; 412 when it changed meanwhile")] = None) -> TenantOut:
     _check_lists(runtime, body, "")
+    precondition = None
+    if if_match is not None:
+        try:
+            precondition = Precondition.if_match(if_match)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="If-Match", code="invalid_value") from None
 
     def compute(current: TenantRecord | None) -> TenantChange:
         if current is None:
             raise _NotFound
-        return TenantChange(TenantRecord(name, body, current.key_hash), "update")
+        if precondition is not None and not precondition.holds(current.version, _digest_of(current.etag)):
+            raise PreconditionFailed(name, current.version, current.etag, what="tenant")
+        return TenantChange(TenantRecord(name, body, current.key_hash, previous_key_hash=current.previous_key_hash),
+                            "update")
 
     with _store_errors(name):
         record = tenants.store.write(name, compute, token_id)
     assert record is not None
+    response.headers["ETag"] = record.etag
     return TenantOut.of(record)
 
 
+def _digest_of(etag: str) -> str:
+    """The digest part of an entity tag of this service (``"v3-<digest>"``)."""
+    return etag.strip('"').partition("-")[2]
+
+
 @router.post("/admin/tenants/{name}/rotate", response_model=TenantWithKey,
-             summary="Issue a new key (shown this once); the old one is refused at once", responses=_NOT_FOUND)
+             summary="Issue a new key (shown this once); the previous one is refused from the new one's first use",
+             responses=_NOT_FOUND)
 def rotate_key(name: TenantName, token_id: TokenId, tenants: TenantsDep) -> TenantWithKey:
     key = new_key()
 
     def compute(current: TenantRecord | None) -> TenantChange:
         if current is None:
             raise _NotFound
-        return TenantChange(TenantRecord(name, current.policy, key_hash(key)), "rotate")
+        return TenantChange(rotated(current, key_hash(key)), "rotate")
 
     with _store_errors(name):
         record = tenants.store.write(name, compute, token_id)
@@ -170,7 +206,7 @@ def revoke_key(name: TenantName, token_id: TokenId, tenants: TenantsDep) -> Tena
     def compute(current: TenantRecord | None) -> TenantChange | None:
         if current is None:
             raise _NotFound
-        if current.key_hash is None:
+        if current.key_hash is None and current.previous_key_hash is None:
             return None  # already revoked: nothing to change, nothing to audit
         return TenantChange(TenantRecord(name, current.policy, None), "revoke")
 

@@ -26,15 +26,19 @@ class TenantIn(BaseModel):
 class TenantOut(BaseModel):
     name: str
     key_id: str | None = Field(description="12 hex digits of the live key's SHA-256; null once revoked.")
+    previous_key_id: str | None = Field(default=None, description="The key before the last rotate while it is "
+                                        "still valid: until the new key is first used, or a revoke.")
     revoked: bool
     version: int
+    etag: str = Field(default="", description='"v<version>-<digest>": the If-Match of a policy PUT.')
     created_at: float = Field(description="Unix time, seconds.")
     updated_at: float = Field(description="Unix time, seconds.")
     policy: TenantPolicy
 
     @classmethod
     def of(cls, record: TenantRecord) -> TenantOut:
-        return cls(name=record.name, key_id=record.key_id, revoked=record.key_hash is None, version=record.version,
+        return cls(name=record.name, key_id=record.key_id, previous_key_id=record.previous_key_id,
+                   revoked=record.key_hash is None, version=record.version, etag=record.etag,
                    created_at=record.created_at, updated_at=record.updated_at, policy=record.policy)
 
 
@@ -49,7 +53,7 @@ class TenantIndex(ListOf[TenantOut]):
 
 class TenantAuditOut(BaseModel):
     time: float = Field(description="Unix time, seconds.")
-    action: Literal["create", "update", "rotate", "revoke", "delete"]
+    action: Literal["create", "update", "rotate", "retire", "revoke", "delete"]
     tenant: str
     version: int
     key_id: str | None = Field(description="The key concerned (the new one, or the one revoked/deleted).")

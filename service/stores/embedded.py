@@ -201,8 +201,8 @@ class EmbeddedStore:
     ) -> StoredWordList | None:
         with self._lock:
             current = self._lists.get(name)
-            if precondition is not None and not precondition.holds(current.version if current else None):
-                raise PreconditionFailed(name, current.version if current else None)
+            if precondition is not None and not precondition.holds_for(current):
+                raise PreconditionFailed.of(name, current)
             change = compute(current)
             if change is None:
                 return current

@@ -10,13 +10,16 @@ Keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``, default ``"guardrail:"``)::
     {ns}audit                     list of JSON audit records, newest first, capped (LTRIM)
     {ns}wordlist-changes          pub/sub channel: {"list", "version"} after each change (a hint only)
     {ns}store-epoch               {"id", "floor"}: which life of the data this is (see below)
+    {ns}write:{id}                a write's marker: "committed" / "aborted" (service/stores/write_outcome.py)
 
 A write is optimistic: ``WATCH`` the list's keys and the epoch, read, compute, then ``MULTI``/``EXEC``
 the new content, index entry, audit record and notification; a concurrent change of the same list
 aborts the transaction and the write is retried against the new current version, after a random
 wait that doubles with each attempt ("full jitter", AWS Architecture Blog, "Exponential Backoff And
 Jitter", 2015), so that busy writers spread out instead of colliding again at once. A write that
-still collides after :data:`MAX_WRITE_ATTEMPTS` raises :class:`WriteConflict` (busy, not down).
+still collides after :data:`MAX_WRITE_ATTEMPTS` raises :class:`WriteConflict` (busy, not down). A
+transaction whose ``EXEC`` reply is lost is settled through its write marker: the answer is its success,
+:class:`StoreUnavailable` (it did not commit) or :class:`~service.stores.store.WriteOutcomeUnknown`.
 
 Epoch: a Redis without persistence that restarts comes back empty, and version counters would start
 again at 1, so an old ``If-Match: "v1"`` would match again. Each store remembers the epoch id it
@@ -35,6 +38,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 
 import redis
@@ -54,6 +58,7 @@ from service.stores.store import (
     WriteConflict,
     trimmed,
 )
+from service.stores.write_outcome import COMMITTED, MARKER_TTL_S, committed, forget, new_marker
 
 log = logging.getLogger("guardrail.service.store")
 
@@ -80,6 +85,7 @@ class RedisStore:
         epoch: id of the life of the data this store last saw (None before the first contact).
         floor: versions of this epoch are above it (0, or the time in ms when a loss was detected).
         resets: data losses detected by this store object.
+        settled: writes whose EXEC reply was lost, by outcome (``committed``, ``not_committed``, ``unknown``).
 
     Raises:
         StoreUnavailable: from every method when Redis does not answer (message has the reason).
@@ -102,6 +108,8 @@ class RedisStore:
         self.floor = 0
         self.resets = 0
         self.last_reset_at: float | None = None
+        #: Writes whose reply was lost, by how the check settled them (service/stores/write_outcome.py).
+        self.settled: Counter[str] = Counter()
 
     def _list_key(self, name: str) -> str:
         return f"{self.namespace}wordlist:{name}"
@@ -216,15 +224,16 @@ class RedisStore:
             for attempt in range(MAX_WRITE_ATTEMPTS):
                 if attempt:
                     time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+                marker = new_marker(self.namespace)
                 with self._redis.pipeline() as pipe:
                     try:
-                        pipe.watch(key, counter, history_key, self._epoch_key)
+                        pipe.watch(key, counter, history_key, self._epoch_key, marker)
                         if not self._adopt_epoch(pipe.get(self._epoch_key)):
                             self._sync_epoch()  # lost (or replaced) since the last read: versions restart
                             continue            # above the new floor; read everything again
                         current = self._decode(name, pipe.hgetall(key))
-                        if precondition is not None and not precondition.holds(current.version if current else None):
-                            raise PreconditionFailed(name, current.version if current else None)
+                        if precondition is not None and not precondition.holds_for(current):
+                            raise PreconditionFailed.of(name, current)
                         change = compute(current)
                         if change is None:
                             return current
@@ -262,7 +271,19 @@ class RedisStore:
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
                         pipe.publish(self.channel, json.dumps({"list": name, "version": version}))
-                        pipe.execute()
+                        pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
+                        try:
+                            pipe.execute()
+                        except RedisError as exc:
+                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
+                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
+                            if not committed(self._redis, marker, f"word list {name!r}", self.settled):
+                                if isinstance(exc, WatchError):
+                                    raise  # not committed: another writer, or the connection; try again
+                                raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
+                                                       "and did not commit") from exc
+                        else:
+                            forget(self._redis, marker)
                     except WatchError:
                         continue  # the list changed under us: recompute against the new version
                     if change.wordlist is None:

@@ -12,11 +12,14 @@ a delete keeps them, as it keeps the version counter.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Literal, Protocol
 
-from guardrail.wordlists.wordlist import Term, WordList, split_regex_prefix, wordlist_from_terms
+from guardrail.wordlists.wordlist import Term, WordList, format_wordlist, split_regex_prefix, wordlist_from_terms
 
 Action = Literal["create", "replace", "update", "delete", "seed"]
 
@@ -38,10 +41,26 @@ class StoredWordList:
     version: int
     updated_at: float
 
+    @cached_property
+    def digest(self) -> str:
+        """12 hex digits of the SHA-256 of the list's text (:func:`format_wordlist`): what the content is."""
+        return content_digest(format_wordlist(self.wordlist))
+
     @property
     def etag(self) -> str:
-        """Strong HTTP entity tag of this version (``"v3"``)."""
-        return f'"v{self.version}"'
+        """Strong HTTP entity tag of this version: ``"v3-<digest>"``. The content digest makes a tag name one
+        content even if a version number is given twice (a Redis that lost part of its data, docs/service.md)."""
+        return entity_tag(self.version, self.digest)
+
+
+def content_digest(text: str) -> str:
+    """12 hex digits (48 bits) of the SHA-256 of ``text``: the content part of an entity tag."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def entity_tag(version: int, digest: str) -> str:
+    """``"v<version>-<digest>"``, quoted as HTTP writes entity tags."""
+    return f'"v{version}-{digest}"'
 
 
 #: Versions of one list kept by default (``GUARDRAIL_WORDLIST_HISTORY``), the current one included.
@@ -95,42 +114,54 @@ class AuditRecord:
         return asdict(self)
 
 
+_TAG = re.compile(r"^v(\d+)(?:-([0-9a-f]{1,64}))?$")
+
+
 @dataclass(frozen=True)
 class Precondition:
-    """An ``If-Match`` / ``If-None-Match`` condition on the current version of a list.
+    """An ``If-Match`` / ``If-None-Match`` condition on the current version of a list (or tenant).
 
-    ``versions=None, absent=False``: ``If-Match: *`` (the list must exist);
-    ``versions={3, 4}``: the current version must be one of them; ``absent=True``: ``If-None-Match: *``.
+    ``tags=None, absent=False``: ``If-Match: *`` (it must exist); ``tags={(3, "1f2e..."), (4, None)}``: the
+    current version must be one of them, and its content digest too where the tag has one (a bare ``"v4"``,
+    as earlier versions of this service wrote tags, names the version only); ``absent=True``:
+    ``If-None-Match: *``.
     """
 
-    versions: frozenset[int] | None = None
+    tags: frozenset[tuple[int, str | None]] | None = None
     absent: bool = False
 
-    def holds(self, current: int | None) -> bool:
+    def holds(self, current: int | None, digest: str | None = None) -> bool:
+        """Whether the condition holds for the current version ``current`` (None: absent) whose content
+        digest is ``digest``."""
         if self.absent:
             return current is None
         if current is None:
             return False
-        return self.versions is None or current in self.versions
+        if self.tags is None:
+            return True
+        return any(version == current and (want is None or want == digest) for version, want in self.tags)
+
+    def holds_for(self, current: StoredWordList | None) -> bool:
+        return self.holds(current.version if current else None, current.digest if current else None)
 
     @classmethod
     def if_match(cls, header: str) -> Precondition:
-        """Parse an ``If-Match`` header (``*``, ``"v3"``, ``W/"v3", "v4"``).
+        """Parse an ``If-Match`` header (``*``, ``"v3-1f2e3d4c5b6a"``, ``W/"v3", "v4-..."``).
 
         Raises:
-            ValueError: naming the entity tag that is not one of this service's (``"v<int>"``).
+            ValueError: naming the entity tag that is not one of this service's (``"v<int>[-<hex>]"``).
         """
         header = header.strip()
         if header == "*":
             return cls()
-        versions = set()
+        tags = set()
         for tag in (part.strip() for part in header.split(",")):
             bare = tag[2:] if tag.startswith("W/") else tag
-            bare = bare.strip('"')
-            if not (bare.startswith("v") and bare[1:].isdigit()):
-                raise ValueError(f"entity tag {tag!r} is not of the form \"v<version>\"")
-            versions.add(int(bare[1:]))
-        return cls(versions=frozenset(versions))
+            found = _TAG.match(bare.strip('"'))
+            if found is None:
+                raise ValueError(f"entity tag {tag!r} is not of the form \"v<version>-<digest>\"")
+            tags.add((int(found.group(1)), found.group(2)))
+        return cls(tags=frozenset(tags))
 
 
 class StoreError(Exception):
@@ -144,17 +175,29 @@ class WordListNotFound(StoreError):
 
 
 class PreconditionFailed(StoreError):
-    """The precondition did not hold; ``current`` is the current version (None: the list is absent)."""
+    """The precondition did not hold; ``current`` is the current version (None: the list is absent) and
+    ``etag`` its entity tag."""
 
-    def __init__(self, name: str, current: int | None) -> None:
-        state = "does not exist" if current is None else f"is at version {current} (ETag \"v{current}\")"
-        super().__init__(f"precondition failed: word list {name!r} {state}")
+    def __init__(self, name: str, current: int | None, etag: str | None = None, what: str = "word list") -> None:
+        state = "does not exist" if current is None else f"is at version {current} (ETag {etag})"
+        super().__init__(f"precondition failed: {what} {name!r} {state}")
         self.name = name
         self.current = current
+        self.etag = etag
+
+    @classmethod
+    def of(cls, name: str, current: StoredWordList | None) -> PreconditionFailed:
+        return cls(name, current.version if current else None, current.etag if current else None)
 
 
 class StoreUnavailable(StoreError):
     """The backing store (Redis, the data directory) cannot be read or written right now."""
+
+
+class WriteOutcomeUnknown(StoreUnavailable):
+    """A write was sent but whether it committed cannot be told now (the store stopped answering between the
+    commit and the check of its write marker, docs/service.md "Writes and their outcome"): reading the
+    current version tells."""
 
 
 class WriteConflict(StoreError):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -39,7 +39,7 @@ from service.tenants.keys import is_tenant_key, key_hash
 from service.tenants.labels import ADMIN, ANONYMOUS, TenantLabels
 from service.tenants.policy import TenantPolicy, anonymous_policy
 from service.tenants.ratelimit import RateLimits
-from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantStore
+from service.tenants.store import EmbeddedTenantStore, RedisTenantStore, TenantChange, TenantRecord, TenantStore
 
 log = logging.getLogger("guardrail.service.tenants")
 
@@ -208,6 +208,8 @@ class Tenants:
             if record is None:
                 raise ApiError(401, "Incorrect API key: unknown, rotated or revoked.", code="invalid_api_key",
                                headers=_CHALLENGE)
+            if record.previous_key_hash is not None and record.key_hash == key_hash(token):
+                self._retire_previous(record)
             return Caller(record.name, self.labels.label(record.name), record.policy)
         admin_token = self.settings.admin_token
         if token is not None and admin_token is not None and matches_any(token, [admin_token]):
@@ -221,6 +223,22 @@ class Tenants:
             raise ApiError(401, "An API key is required (Authorization: Bearer <key>); anonymous requests are "
                            "disabled on this server.", code="invalid_api_key", headers=_CHALLENGE)
         return self.anonymous
+
+    def _retire_previous(self, record: TenantRecord) -> None:
+        """The new key of ``record`` is in use: the key before the rotate is refused from now on (best
+        effort: when the store does not answer, the next request with the new key retires it)."""
+        live = record.key_hash
+
+        def compute(current: TenantRecord | None) -> TenantChange | None:
+            if current is None or current.key_hash != live or current.previous_key_hash is None:
+                return None  # retired, rotated or revoked meanwhile
+            return TenantChange(replace(current, previous_key_hash=None), "retire")
+
+        try:
+            self.store.write(record.name, compute, None)
+        except StoreUnavailable as exc:  # WriteOutcomeUnknown included: retried at the next request
+            log.warning("the previous key of a rotated tenant could not be retired yet: %s", exc,
+                        extra={"tenant": record.name})
 
     # -- rate limits -------------------------------------------------------------------------------
     def _limits(self, caller: Caller) -> tuple[int | None, int | None]:

@@ -1,17 +1,20 @@
 """Tenant records, kept in the word-list store's backend: Redis when the service runs with Redis (shared by
 every replica), else files beside the embedded store's.
 
-A record holds the tenant's name, policy and the SHA-256 of its live key (None once revoked), never a key.
+A record holds the tenant's name, policy and the SHA-256 of its live key (None once revoked), never a key;
+after a rotate also the SHA-256 of the previous key, which stays valid until the new key is first used
+(docs/service.md "Writes and their outcome": a rotate whose answer was lost never locks the tenant out).
 Redis keys (``ns`` = ``GUARDRAIL_REDIS_PREFIX``)::
 
     {ns}tenant:{name}          JSON record
-    {ns}tenant-key:{sha256}    name of the tenant whose live key has this hash (deleted on rotate/revoke)
+    {ns}tenant-key:{sha256}    name of the tenant whose live (or previous) key has this hash (deleted when retired)
     {ns}tenants                hash: name -> version
     {ns}tenant-audit           list of JSON audit records, newest first, capped (LTRIM)
 
-A change is one optimistic ``WATCH``/``MULTI`` transaction (record, key index, audit record), retried when
-another writer changed the same tenant meanwhile, so a rotated or revoked key is gone for every replica the
-moment the change is acknowledged: requests look their key up in Redis each time (no cache).
+A change is one optimistic ``WATCH``/``MULTI`` transaction (record, key index, audit record, write marker),
+retried when another writer changed the same tenant meanwhile, so a retired or revoked key is gone for every
+replica the moment the change is acknowledged: requests look their key up in Redis each time (no cache). A
+transaction whose reply is lost is settled by its write marker (:mod:`service.stores.write_outcome`).
 
 Embedded (no Redis): ``<data_dir>/tenants.json`` replaced atomically on every change
 (:func:`guardrail.atomic_file.write_json_atomically`, as the word-list store's index) and
@@ -25,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,13 +39,14 @@ from redis.exceptions import RedisError, WatchError
 
 from guardrail.atomic_file import read_json, write_json_atomically
 from service.stores.audit_log import JsonLinesLog
-from service.stores.store import StoreUnavailable, WriteConflict
+from service.stores.store import StoreUnavailable, WriteConflict, content_digest, entity_tag
+from service.stores.write_outcome import COMMITTED, MARKER_TTL_S, committed, forget, new_marker
 from service.tenants.keys import key_id
 from service.tenants.policy import TenantPolicy
 
 log = logging.getLogger("guardrail.service.tenants")
 
-TenantAction = Literal["create", "update", "rotate", "revoke", "delete"]
+TenantAction = Literal["create", "update", "rotate", "retire", "revoke", "delete"]
 _MAX_WRITE_ATTEMPTS = 16
 
 
@@ -55,6 +60,8 @@ class TenantRecord:
         key_hash: SHA-256 (hex) of its live API key; None after a revoke.
         version: 1 when created, +1 per change.
         created_at / updated_at: Unix time, seconds.
+        previous_key_hash: SHA-256 of the key before the last rotate while it is still valid (until
+            ``key_hash`` is first used, or a revoke); None otherwise.
     """
 
     name: str
@@ -63,10 +70,28 @@ class TenantRecord:
     version: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    previous_key_hash: str | None = None
 
     @property
     def key_id(self) -> str | None:
         return key_id(self.key_hash) if self.key_hash else None
+
+    @property
+    def previous_key_id(self) -> str | None:
+        return key_id(self.previous_key_hash) if self.previous_key_hash else None
+
+    @property
+    def live_hashes(self) -> frozenset[str]:
+        """The SHA-256 of every key that authenticates as this tenant now (zero, one or two)."""
+        return frozenset(h for h in (self.key_hash, self.previous_key_hash) if h)
+
+    @property
+    def etag(self) -> str:
+        """``"v<version>-<digest>"``: the digest is of the policy and key hashes, so that a version number given
+        twice (a Redis that lost part of its data) never names two contents."""
+        content = json.dumps([self.policy.model_dump(mode="json", exclude_defaults=True), self.key_hash,
+                              self.previous_key_hash], sort_keys=True)
+        return entity_tag(self.version, content_digest(content))
 
     def to_json(self) -> str:
         data = {**asdict(self), "policy": self.policy.model_dump(exclude_defaults=True)}
@@ -126,6 +151,13 @@ class TenantStore(Protocol):
         """The latest ``limit`` records, newest first."""
 
 
+def rotated(current: TenantRecord, new_hash: str) -> TenantRecord:
+    """``current`` with the live key ``new_hash``; the key live before (none after a revoke) stays valid beside
+    it until ``new_hash`` is first used. So a rotate whose answer is lost (:mod:`service.stores.write_outcome`)
+    never locks the tenant out: committed or not, the key it was last shown still authenticates."""
+    return TenantRecord(current.name, current.policy, new_hash, previous_key_hash=current.key_hash)
+
+
 def _stamped(change: TenantChange, current: TenantRecord | None, now: float) -> TenantRecord | None:
     if change.record is None:
         return None
@@ -156,6 +188,8 @@ class RedisTenantStore:
         self._index = f"{namespace}tenants"
         self._audit = f"{namespace}tenant-audit"
         self._audit_max = audit_max_records
+        #: Writes whose reply was lost, by how the check settled them (service/stores/write_outcome.py).
+        self.settled: Counter[str] = Counter()
 
     def _record_key(self, name: str) -> str:
         return f"{self._ns}tenant:{name}"
@@ -181,7 +215,7 @@ class RedisTenantStore:
         record = TenantRecord.from_json(raw) if raw else None
         # The index and the record change in one transaction; the check costs nothing and keeps a stale
         # index entry (a hand edit) from ever admitting a key the record no longer holds.
-        return record if record is not None and record.key_hash == digest else None
+        return record if record is not None and digest in record.live_hashes else None
 
     def all(self) -> list[TenantRecord]:
         try:
@@ -195,9 +229,10 @@ class RedisTenantStore:
         key = self._record_key(name)
         try:
             for _ in range(_MAX_WRITE_ATTEMPTS):
+                marker = new_marker(self._ns)
                 with self._redis.pipeline() as pipe:
                     try:
-                        pipe.watch(key)
+                        pipe.watch(key, marker)
                         raw = pipe.get(key)
                         current = TenantRecord.from_json(raw) if raw else None
                         change = compute(current)
@@ -207,20 +242,33 @@ class RedisTenantStore:
                         new = _stamped(change, current, now)
                         record = _audit_of(change, current, new, name, token_id, now)
                         pipe.multi()
-                        old_hash = current.key_hash if current is not None else None
-                        if old_hash and (new is None or new.key_hash != old_hash):
-                            pipe.delete(self._hash_key(old_hash))
+                        old_hashes = current.live_hashes if current is not None else frozenset()
+                        new_hashes = new.live_hashes if new is not None else frozenset()
+                        for gone in sorted(old_hashes - new_hashes):
+                            pipe.delete(self._hash_key(gone))
                         if new is None:
                             pipe.delete(key)
                             pipe.hdel(self._index, name)
                         else:
                             pipe.set(key, new.to_json())
                             pipe.hset(self._index, name, new.version)
-                            if new.key_hash:
-                                pipe.set(self._hash_key(new.key_hash), name)
+                            for digest in sorted(new_hashes):
+                                pipe.set(self._hash_key(digest), name)
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
-                        pipe.execute()
+                        pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
+                        try:
+                            pipe.execute()
+                        except RedisError as exc:
+                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
+                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
+                            if not committed(self._redis, marker, f"tenant {name!r}", self.settled):
+                                if isinstance(exc, WatchError):
+                                    raise  # not committed: another writer, or the connection; try again
+                                raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
+                                                       "and did not commit") from exc
+                        else:
+                            forget(self._redis, marker)
                         return new
                     except WatchError:
                         continue  # another writer changed this tenant: recompute against its version
@@ -257,7 +305,7 @@ class EmbeddedTenantStore:
             self._audit = JsonLinesLog(self._audit_path, audit_max_records)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreUnavailable(f"cannot read {self._path}: {exc}") from exc
-        self._by_hash = {r.key_hash: r for r in self._records.values() if r.key_hash}
+        self._by_hash = {h: r for r in self._records.values() for h in r.live_hashes}
 
     def get(self, name: str) -> TenantRecord | None:
         return self._records.get(name)
@@ -288,7 +336,7 @@ class EmbeddedTenantStore:
                 raise StoreUnavailable(f"cannot write {self._path}: {exc}") from exc
             # Replaced, never mutated: readers on other threads see the old or the new mapping whole.
             self._records = records
-            self._by_hash = {r.key_hash: r for r in records.values() if r.key_hash}
+            self._by_hash = {h: r for r in records.values() for h in r.live_hashes}
             record = _audit_of(change, current, new, name, token_id, now)
             try:
                 self._audit.append(record.to_dict())

@@ -147,20 +147,24 @@ def start_service_process(tmp: Path, env: dict[str, str], cli: bool = False,
 
 
 class RedisServer:
-    """A redis-server of the test's own (no persistence) on a free port, stoppable by pid."""
+    """A redis-server of the test's own on a free port, stoppable by pid: no persistence, or
+    (``durable=True``) an append-only file synced before each reply (``appendfsync always``), so that
+    a kill loses no acknowledged write."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, durable: bool = False, args: tuple[str, ...] = ()) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is needed (Debian package redis-server)"
         self.binary, self.tmp, self.port = binary, tmp, free_port()
+        self.durable, self.args = durable, list(args)
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
         self.start()
 
     def start(self) -> None:
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.durable else ["--appendonly", "no"]
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.tmp)],
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence,
+             "--dir", str(self.tmp), *self.args],
             stdout=subprocess.DEVNULL,
         )
         wait_until(lambda: redis.Redis.from_url(self.url, socket_timeout=1).ping(), 10, f"redis on {self.port}")
@@ -168,6 +172,12 @@ class RedisServer:
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed beyond what each reply already waited for."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
 

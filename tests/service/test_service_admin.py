@@ -49,12 +49,12 @@ def test_put_creates_then_replaces_with_versions_and_etags(service):
     name = unique_name()
     created = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["kumquat"]})
     assert created.status_code == 201, created.text
-    assert created.headers["ETag"] == '"v1"' and created.json()["terms"] == 1
+    assert created.headers["ETag"].startswith('"v1-') and created.json()["terms"] == 1
     replaced = service.admin("PUT", f"/admin/wordlists/{name}", json={
         "terms": ["kumquat", {"text": "Durian", "match": "prefix", "case_sensitive": True}], "allow": ["kumquats"]})
-    assert replaced.status_code == 200 and replaced.headers["ETag"] == '"v2"'
+    assert replaced.status_code == 200 and replaced.headers["ETag"].startswith('"v2-')
     read = service.admin("GET", f"/admin/wordlists/{name}")
-    assert read.headers["ETag"] == '"v2"'
+    assert read.headers["ETag"].startswith('"v2-')
     assert read.json()["terms"] == [
         {"text": "kumquat", "match": "word", "case_sensitive": False, "obfuscation": None},
         {"text": "Durian", "match": "prefix", "case_sensitive": True, "obfuscation": None},
@@ -72,7 +72,7 @@ def test_a_stale_if_match_is_refused_with_412_and_the_list_is_unchanged(service)
                          headers={"If-Match": etag}).status_code == 200
     stale = service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["lime"]}, headers={"If-Match": etag})
     assert stale.status_code == 412
-    assert stale.headers["ETag"] == '"v2"'
+    assert stale.headers["ETag"].startswith('"v2-')
     assert stale.json()["error"]["param"] == "If-Match"
     stale_patch = service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["lime"]}, headers={"If-Match": etag})
     assert stale_patch.status_code == 412
@@ -94,7 +94,7 @@ def test_kept_versions_are_listed_read_and_written_back_with_put(service):
     body = {k: first.json()[k] for k in ("terms", "allow", "obfuscation")}  # a version's body is a PUT body
     current = service.admin("GET", f"/admin/wordlists/{name}").headers["ETag"]
     restored = service.admin("PUT", f"/admin/wordlists/{name}", json=body, headers={"If-Match": current})
-    assert restored.status_code == 200 and restored.headers["ETag"] == '"v3"'
+    assert restored.status_code == 200 and restored.headers["ETag"].startswith('"v3-')
     assert service.admin("GET", f"/admin/wordlists/{name}").json()["terms"] == first.json()["terms"]
     missing = service.admin("GET", f"/admin/wordlists/{name}/versions/9")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "version_not_found")
@@ -135,7 +135,7 @@ def test_patch_adds_and_removes_terms_and_delete_removes_the_list(service):
     name = unique_name()
     service.admin("PUT", f"/admin/wordlists/{name}", json={"terms": ["apple", "pear"]})
     patched = service.admin("PATCH", f"/admin/wordlists/{name}", json={"add": ["plum"], "remove": ["APPLE"]})
-    assert patched.status_code == 200 and patched.headers["ETag"] == '"v2"'
+    assert patched.status_code == 200 and patched.headers["ETag"].startswith('"v2-')
     assert [t["text"] for t in service.admin("GET", f"/admin/wordlists/{name}").json()["terms"]] == ["pear", "plum"]
     assert check(service, "a plum", wordlists=[name])["flagged"] is True
     assert service.admin("DELETE", f"/admin/wordlists/{name}").status_code == 204

@@ -51,7 +51,7 @@ def test_a_bad_regex_is_a_400_naming_field_term_and_construct_and_changes_nothin
         assert (error["param"], error["code"]) == (param, "invalid_term")
         assert repr(term) in error["message"] and construct in error["message"], error["message"]
     read = service.admin("GET", f"/admin/wordlists/{name}")
-    assert read.headers["ETag"] == '"v1"' and [t["text"] for t in read.json()["terms"]] == ["kumquat"]
+    assert read.headers["ETag"].startswith('"v1-') and [t["text"] for t in read.json()["terms"]] == ["kumquat"]
     assert check(service, "a kumquat", wordlists=[name])["flagged"] is True
 
 

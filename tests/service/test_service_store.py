@@ -10,7 +10,7 @@ import redis
 from helpers.service import delete_namespace
 from helpers.wait import wait_until
 
-from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, wordlist_from_terms
+from guardrail.wordlists.wordlist import MatchMode, Term, bundled_wordlist, format_wordlist, wordlist_from_terms
 from service.catalog import UnknownWordList, WordListCatalog
 from service.metrics import ServiceMetrics
 from service.settings import Settings
@@ -21,6 +21,7 @@ from service.stores.store import (
     PreconditionFailed,
     WordListNotFound,
     WriteConflict,
+    content_digest,
     deletion,
     patched,
     replacement,
@@ -48,7 +49,7 @@ def test_every_change_gets_the_next_version_and_an_etag(open_store):
     first = put(store, "pets", ["cat"])
     second = put(store, "pets", ["cat", "dog"])
     assert (first.version, second.version) == (1, 2)
-    assert second.etag == '"v2"'
+    assert second.etag == f'"v2-{content_digest(format_wordlist(second.wordlist))}"'
     assert store.versions() == {"pets": 2}
     assert [t.text for t in store.get("pets").wordlist.terms] == ["cat", "dog"]
 
@@ -332,7 +333,7 @@ def test_a_write_that_always_collides_is_a_conflict_not_an_outage(redis_url, red
 def test_versions_keep_growing_after_redis_loses_its_data(redis_url, redis_prefix):
     store = RedisStore(redis_url, redis_prefix)
     old = put(store, "pets", ["cat"])
-    assert old.etag == '"v1"'
+    assert old.etag.startswith('"v1-')
     delete_namespace(redis_url, redis_prefix)  # what a restart without persistence leaves: nothing
     store.versions()  # the poll notices
     assert store.resets == 1
@@ -363,3 +364,19 @@ def test_the_catalog_reseeds_and_counts_a_loss_of_the_data(redis_url, redis_pref
     catalog.refresh()
     assert metrics.store_resets._value.get() == 1
     assert catalog.get("en") is not None and catalog.get("en").version > before
+
+
+def test_a_version_number_given_again_after_a_partial_loss_is_another_etag(redis_url, redis_prefix):
+    store = RedisStore(redis_url, redis_prefix)
+    put(store, "pets", ["cat"])
+    second = put(store, "pets", ["dog"])
+    # What a Redis restored from a snapshot older than the last write leaves: the epoch survived, the list and
+    # its counter are back at version 1, so the next write is version 2 again, with other content.
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.set(f"{redis_prefix}wordlist-version:pets", 1)
+    client.hset(f"{redis_prefix}wordlist:pets", "version", 1)
+    again = put(store, "pets", ["eel"])
+    assert again.version == second.version and again.etag != second.etag
+    with pytest.raises(PreconditionFailed):  # the tag of the lost version 2 does not match the new version 2
+        put(store, "pets", ["fox"], Precondition.if_match(second.etag))
+    assert [t.text for t in store.get("pets").wordlist.terms] == ["eel"]

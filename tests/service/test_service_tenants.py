@@ -271,3 +271,32 @@ def test_the_tenant_is_a_metrics_label_and_a_log_field_and_keys_never_appear_in_
     assert {first, second} <= {line.get("tenant") for line in requests}
     log_text = replica.log_path.read_text()
     assert KEYS and not [key for key in KEYS if key in log_text or key[4:] in log_text]
+
+
+def test_a_policy_put_with_a_stale_if_match_is_refused_and_changes_nothing(service):
+    name, _ = create(service)
+    first = service.admin("GET", f"/admin/tenants/{name}")
+    etag = first.headers["ETag"]
+    assert first.json()["etag"] == etag
+    changed = service.admin("PUT", f"/admin/tenants/{name}/policy", json={"requests_per_minute": 5},
+                            headers={"If-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
+    stale = service.admin("PUT", f"/admin/tenants/{name}/policy", json={"requests_per_minute": 7},
+                          headers={"If-Match": etag})
+    assert stale.status_code == 412 and stale.json()["error"]["param"] == "If-Match"
+    assert stale.headers["ETag"] == changed.headers["ETag"]
+    assert service.admin("GET", f"/admin/tenants/{name}").json()["policy"]["requests_per_minute"] == 5
+
+
+def test_a_rotated_key_leaves_the_previous_one_valid_until_the_new_one_is_used(service, replica):
+    name, old = create(service)
+    rotated = service.admin("POST", f"/admin/tenants/{name}/rotate").json()
+    KEYS.append(rotated["api_key"])
+    assert rotated["previous_key_id"] is not None
+    assert client(replica, old).models.list().data[0].id == MODEL  # the answer could have been lost: no lockout
+    assert client(replica, rotated["api_key"]).models.list().data[0].id == MODEL  # first use retires the old key
+    with pytest.raises(openai.AuthenticationError):
+        client(service, old).models.list()
+    assert service.admin("GET", f"/admin/tenants/{name}").json()["previous_key_id"] is None
+    audit = service.admin("GET", "/admin/audit/tenants").json()["data"]
+    assert [r["action"] for r in audit if r["tenant"] == name][:2] == ["retire", "rotate"]

@@ -102,7 +102,8 @@ async def tenant(page: Page) -> Response:
             answer = await page.api.call("POST", api_path("admin", "tenants", name, action))
             if answer.is_success:
                 key = answer.json().get("api_key")
-                notice = "Key rotated: the old key is refused from now on." if key else "Key revoked."
+                notice = ("Key rotated: the old key is refused from the new key's first use on (revoke ends every key "
+                          "at once)." if key else "Key revoked.")
         else:
             return page.render("error.html", 400, title=f"Tenant {name}", message="Unknown action.")
         if not answer.is_success:
