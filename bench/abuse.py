@@ -47,6 +47,8 @@ import psutil  # noqa: E402
 import redis  # noqa: E402
 from harness import free_port, start_service, user_turn  # noqa: E402
 
+from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION  # noqa: E402
+
 MODEL = "smollm2"
 #: 40 characters: long enough for an admin token floor of 32 (issue 31 item 6).
 ADMIN_TOKEN = "abuse-bench-admin-token-0123456789abcdef"
@@ -230,7 +232,8 @@ def exec_timeout(ctx: Context, client: httpx.Client, writes: int = 8, pause_ms: 
 ATTACKS: dict[str, Callable[[Context, httpx.Client], dict[str, Any]]] = {
     "regex_terms": regex_terms, "big_schemas": big_schemas, "anonymous_guard_off": anonymous_guard_off,
     "readyz_probe": readyz_probe, "check_scan": check_scan, "unknown_keys": unknown_keys,
-    "admin_bruteforce": admin_bruteforce, "exec_timeout": exec_timeout,
+    # Last: a throttled address is refused even with the right token until the window passes (service/auth.py).
+    "exec_timeout": exec_timeout, "admin_bruteforce": admin_bruteforce,
 }
 
 
@@ -391,9 +394,12 @@ def prepare(base: str, admin_token: str = ADMIN_TOKEN) -> str:
 
 def service_settings(redis_url: str) -> dict[str, str]:
     """The service's defaults (anonymous callers allowed, request terms allowed) with a Redis store and the admin
-    API on."""
+    API on, and the floors a public deployment sets for anonymous callers (docs/service.md, "Anonymous callers"):
+    the ``en`` list always, the default obfuscation level at least, the evasion guard not to be switched off."""
     return {"GUARDRAIL_REDIS_URL": redis_url, "GUARDRAIL_REDIS_PREFIX": "abuse:", "GUARDRAIL_ADMIN_TOKEN": ADMIN_TOKEN,
-            "GUARDRAIL_LOG_LEVEL": "INFO"}
+            "GUARDRAIL_LOG_LEVEL": "INFO", "GUARDRAIL_ANONYMOUS_REQUIRED_WORDLISTS": "en",
+            "GUARDRAIL_ANONYMOUS_MIN_OBFUSCATION": str(DEFAULT_OBFUSCATION),
+            "GUARDRAIL_ANONYMOUS_EVASION_GUARD_OFF": "false"}
 
 
 def main() -> None:
