@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     anonymous_required_wordlists: Annotated[list[Annotated[str, Field(pattern=NAME_PATTERN)]], NoDecode] = Field(
         default_factory=list, description="Lists always enforced for anonymous callers and GUARDRAIL_API_KEYS "
         "holders, whatever the request names (a tenant policy's required_wordlists); empty = none.")
-    anonymous_min_obfuscation: ObfuscationSetting | None = Field(
+    anonymous_min_obfuscation: Annotated[ObfuscationSetting | None, NoDecode] = Field(
         None, description="Floor and default of the obfuscation level of anonymous "
         "callers and GUARDRAIL_API_KEYS holders (a tenant policy's obfuscation); unset = the server's obfuscation, "
         "and they may choose any.")
@@ -231,7 +231,7 @@ class Settings(BaseSettings):
         DEFAULT_EVASION_GUARD, description="substring: a term that caused a rollback is also matched as a substring "
         "for the rest of that generation (glued and _-joined forms); edit: also with one edit of tolerance (terms "
         "of 5+ letters: misspellings); off. A request's evasion_guard overrides it.")
-    obfuscation: ObfuscationSetting = Field(
+    obfuscation: Annotated[ObfuscationSetting, NoDecode] = Field(
         DEFAULT_OBFUSCATION,
         description="Which obfuscated forms of the terms also match, for lists and terms that set no level of their "
         "own: off | homoglyphs | leet | spaced | masked, optionally +markup (docs/matching.md). A request's "
