@@ -2,7 +2,7 @@
 
 vLLM's real server (tests/engines/remote/gateway) honours ``logit_bias`` -100, so it cannot show what the gateway does when an
 upstream returns a banned token anyway: this scripted upstream (an ``httpx.MockTransport``: a fake, for that
-reason only) ignores every bias and always decodes the same text.
+reason only; tests/helpers/scripted_upstream.py) ignores every bias and always decodes the same text.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 
 import httpx
 import pytest
+from helpers.scripted_upstream import ScriptedUpstream
 
 from guardrail.engines.remote.engine import BAN_BIAS, RemoteEngine, RemoteUsage
 from guardrail.engines.remote.upstream import UpstreamMismatch
@@ -19,39 +20,6 @@ from guardrail.guard.events import Completion, Finish
 from guardrail.matching.cache import ArtefactCache
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import wordlist_from_terms
-
-
-class ScriptedUpstream:
-    """Decodes ``script`` after any prompt that starts with ``base`` (the kept tokens continue it), whatever
-    the request's ``logit_bias``; records every completion request."""
-
-    def __init__(self, tokenizer, base: list[int], script: list[int], tokenize_offset: int = 0,
-                 cached_tokens: int | None = None) -> None:
-        self.tokenizer, self.base, self.script, self.offset = tokenizer, base, script, tokenize_offset
-        self.cached_tokens = cached_tokens  # when set, each stream ends with a usage chunk reporting this many
-        self.requests: list[dict] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/health":  # the engine's health probe
-            return httpx.Response(200)
-        if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "scripted", "owned_by": "vllm", "max_model_len": 2048}]})
-        body = json.loads(request.content)
-        if request.url.path == "/tokenize":
-            ids = self.tokenizer.encode(body["prompt"], add_special_tokens=False)
-            return httpx.Response(200, json={"tokens": [t + self.offset for t in ids]})
-        self.requests.append(body)
-        done = len(body["prompt"]) - len(self.base) if body["prompt"][:len(self.base)] == self.base else 0
-        tokens = self.script[done:done + body["max_tokens"]]
-        lines = [f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [t], 'finish_reason': None}]})}"
-                 for t in tokens]
-        lines.append(f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [], 'finish_reason': 'length'}]})}")
-        if self.cached_tokens is not None:
-            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(tokens),
-                     "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
-            lines.append(f"data: {json.dumps({'choices': [], 'usage': usage})}")
-        return httpx.Response(200, text="\n\n".join([*lines, "data: [DONE]", ""]),
-                              headers={"content-type": "text/event-stream"})
 
 
 def engine_for(upstream: ScriptedUpstream, tokenizer, vocab, logits_processor: str = "auto") -> RemoteEngine:
