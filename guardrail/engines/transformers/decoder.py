@@ -12,8 +12,10 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
       -> only when the request asked for logprobs: the pick's raw logprob and top-k    Generation._pick_logprobs
          (log_softmax of the logits of p before any processor or ban, computed once per position)
-      -> judge(session, token, generation): every pick, including the re-pick after a rollback
-         (guardrail.guard.verdict: the session's verdict, applied through Generation's handler methods)
+      -> driver.judge(token, generation): every pick, including the re-pick after a rollback
+         (guardrail.guard.driver.DecodeDriver, the loop end every engine shares: before each pick it asks
+         stop_reason() — cancel, deadline — and its finish() ends the text; the session's verdict is applied
+         through Generation's handler methods)
            on_rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
            on_keep     -> one forward pass for the logits of p + 1 (the session released what became final)
            on_finish   -> session.finish(reason): the last text and the Finish event
