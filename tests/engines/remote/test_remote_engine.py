@@ -129,3 +129,56 @@ def test_an_eos_the_upstream_streams_finishes_through_the_verdict_once_with_the_
     # The EOS ends the text (judge -> on_finish): nothing after it is kept, one upstream request was enough.
     assert (done.text, done.finish_reason) == (" I am fine", "stop")
     assert isinstance(done.usage, RemoteUsage) and done.usage.requests == 1 and len(upstream.requests) == 1
+
+
+# -- the loop end is the shared DecodeDriver's (guardrail/guard/driver.py): cancel, deadline, room -----------------
+
+def stream_through(smollm2_tokenizer, smollm2_vocab, base: list[int], params: SamplingParams,
+                   cancel: threading.Event | None = None, cancel_after_text: bool = False):
+    """The events of one unguarded stream after ``base`` (the script: a long sentence), and the upstream's
+    completion requests."""
+    script = smollm2_tokenizer.encode(" one two three four five six seven eight nine ten eleven twelve",
+                                      add_special_tokens=False)
+    upstream = ScriptedUpstream(smollm2_tokenizer, base, script)
+    engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
+    upstream.requests.clear()  # the start-up check's probe
+    events = []
+    try:
+        for event in engine.stream(base, None, params, cancel):
+            events.append(event)
+            if cancel_after_text and cancel is not None and getattr(event, "text", ""):
+                cancel.set()
+    finally:
+        engine.close()
+    assert isinstance(events[-1], Finish) and sum(isinstance(e, Finish) for e in events) == 1
+    return events, upstream.requests
+
+
+def test_a_cancel_mid_stream_ends_with_cancelled_at_the_next_token(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Count:", add_special_tokens=False)
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12), threading.Event(),
+                                      cancel_after_text=True)
+    done = events[-1]
+    assert done.reason == "cancelled" and done.text == " one" and len(requests) == 1
+    assert isinstance(done.usage, RemoteUsage) and done.usage.completion_tokens == 1
+
+
+def test_a_spent_deadline_ends_with_length_before_any_request(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Count:", add_special_tokens=False)
+    # A deadline already past when the loop first asks (1 ns: no sleep, no wall-clock threshold).
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12, timeout_s=1e-9))
+    assert (events[-1].reason, events[-1].text, requests) == ("length", "", [])
+
+
+def test_the_room_left_in_the_context_bounds_the_request_and_ends_with_length(smollm2_tokenizer, smollm2_vocab):
+    # The scripted upstream's max_model_len is 2048: a 2040-token prompt leaves room for 8 tokens, below max_tokens.
+    word = smollm2_tokenizer.encode(" word", add_special_tokens=False)
+    base = word * 2040
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12))
+    done = events[-1]
+    assert [r["max_tokens"] for r in requests] == [8]
+    assert (done.reason, done.usage.completion_tokens) == ("length", 8)
+    assert done.text == " one two three four five six seven eight"
