@@ -18,7 +18,7 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
          through Generation's handler methods)
            on_rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
            on_keep     -> one forward pass for the logits of p + 1 (the session released what became final)
-           on_finish   -> session.finish(reason): the last text and the Finish event
+           on_finish   -> driver.finish(reason): the last text and the Finish event
 
 :class:`Generation` holds one request's state and loop; :class:`StreamingDecoder` runs one at a time on its own
 KV cache, and the batched engine (:mod:`guardrail.engines.transformers.batched`) composes one per row.
