@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from types import SimpleNamespace
 from typing import Any
 
-from guardrail.engines.base import Engine, EngineHealth
+from guardrail.engines.base import Engine, EngineCapabilities, EngineHealth, ModelConfig
 from guardrail.guard.events import Event
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
@@ -28,7 +27,7 @@ class EmbeddedEngine:
     """The transformers model in this process: :class:`BatchedDecoder` over a :class:`StreamingDecoder`.
 
     Attributes:
-        model: the loaded model (its ``config`` scores the watermark).
+        model: the loaded model.
         decoder: the single-stream decoder the batch loop drives.
         batched: the continuous-batching loop.
     """
@@ -50,7 +49,9 @@ class EmbeddedEngine:
         self.capacity = settings.max_batch
         self.context_length = int(self.model.config.get_text_config().max_position_embeddings)
         self.num_logits = len(vocab)
-        self.model_config = self.model.config
+        # Every request field, and the model's config for the watermark detector.
+        self.capabilities = EngineCapabilities(model_config=ModelConfig.of(self.model.config), structured_output=True,
+                                               watermark=True, logprobs=True)
 
     def start(self) -> None:
         self.batched.start()
@@ -75,7 +76,7 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, settings: Settings, vocab: TokenVocab) -> None:
-        from guardrail.engines.vllm.driver import VLLMDriver
+        from guardrail.engines.vllm.driver import UNSUPPORTED, VLLMDriver, VLLMUsage
 
         self.driver = VLLMDriver.load(settings.model, vocab=vocab, kv_cache_gib=settings.vllm_kv_cache_gib,
                                       **settings.vllm_engine_args)
@@ -83,7 +84,11 @@ class VLLMEngine:
         self.context_length = int(self.driver.max_model_len)
         self.num_logits = int(self.driver.num_logits)
         hf_config = self.driver.engine.model_config.hf_config
-        self.model_config = SimpleNamespace(vocab_size=self.num_logits, bos_token_id=hf_config.bos_token_id)
+        # vLLM's logits width is the model config's vocab_size: the watermark detector scores with the model's
+        # own config (text watermarked by an embedded replica of the same model is detected here too).
+        self.capabilities = EngineCapabilities.refusing(
+            UNSUPPORTED, model_config=ModelConfig(self.num_logits, hf_config.bos_token_id), usage=VLLMUsage,
+            global_metrics_prefix="vllm:")
 
     def start(self) -> None:
         """The driver's engine thread runs from :meth:`VLLMDriver.load` on."""

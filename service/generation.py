@@ -414,7 +414,7 @@ def structured_output_of(runtime: Runtime, body: GenerationFields) -> Structured
         raise ApiError(400, str(exc), param=field, code="invalid_value") from None
     if structured is not None:  # before anything compiles it: its size is the server's memory
         check_structured_output(structured, body.structured_output_field(), runtime.settings)
-    if structured is not None and runtime.engine.name != "transformers":
+    if structured is not None and not runtime.engine.capabilities.structured_output:
         field = body.structured_output_field()
         raise ApiError(400, f"{field}: structured output is served by the transformers engine only, not by the "
                        f"{runtime.engine.name} engine (docs/structured-output.md)", param=field,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformers.utils import logging as transformers_logging
 
-from guardrail.engines.base import Engine
+from guardrail.engines.base import Engine, ModelConfig
 from guardrail.grammar import matcher as grammar_matcher
 from guardrail.guard.escalation import ESCALATION_ARTEFACTS
 from guardrail.guard.events import Event
@@ -97,8 +97,9 @@ class Runtime:
         except BaseException:
             self.store.close()  # releases the data directory's lock for a retry in this process
             raise
-        if self.engine.name == "vllm":
-            metrics.registry.register(GlobalFamilies("vllm:"))
+        prefix = self.engine.capabilities.global_metrics_prefix
+        if prefix is not None:  # the engine's own metrics, in prometheus-client's process-wide registry
+            metrics.registry.register(GlobalFamilies(prefix))
         log.info("model loaded", extra={"model": settings.model, "seconds": round(time.perf_counter() - started, 2)})
 
         self.artefacts = ArtefactCache(
@@ -164,7 +165,7 @@ class Runtime:
         503): an in-process engine loop or a worker thread ended. A remote upstream that does not answer is not
         this process's problem: restarting it would not help, so ``/readyz`` reports it as ``degraded``."""
         health = self.engine.health()
-        if not health.ok and self.engine.name != "remote":
+        if not health.ok and not self.engine.capabilities.upstream:
             return health.detail
         if not self.worker.alive():
             return "a generation worker thread is not running"
@@ -194,9 +195,10 @@ class Runtime:
         return self.engine.num_logits
 
     @property
-    def model_config(self):
-        """What the watermark detector needs of the model's config (``vocab_size``, ``bos_token_id``)."""
-        return self.engine.model_config  # type: ignore[attr-defined]
+    def model_config(self) -> ModelConfig | None:
+        """What the watermark detector needs of the model's config; ``None`` when the engine does not know it
+        (:attr:`EngineCapabilities.model_config <guardrail.engines.base.EngineCapabilities.model_config>`)."""
+        return self.engine.capabilities.model_config
 
     # The embedded engine's parts, for the tests and tools that reach into it (None on other engines).
     @property

@@ -78,7 +78,7 @@ def tool_use(runtime: Runtime, functions: Sequence[dict[str, Any]], mode: Mode, 
         raise ApiError(400, str(exc), param=choice_param, code="invalid_value") from None
     if grammar is None:
         return ToolUse(parser, single=single, names=names)
-    if runtime.engine.name != "transformers":
+    if not runtime.engine.capabilities.structured_output:
         param = choice_param if mode != "auto" else "tools" if any(s.strict for s in specs) else "response_format"
         what = "a forced tool call" if mode != "auto" else "a strict tool" if param == "tools" else "response_format"
         raise ApiError(400, f"{param}: {what} is generated under a grammar, served by the transformers engine only, "

@@ -32,22 +32,21 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import asdict, dataclass
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from guardrail.engines.base import EngineHealth, EngineUnavailable, check_request
+from guardrail.engines.base import EngineCapabilities, EngineHealth, EngineUnavailable, check_request
 from guardrail.engines.remote.backends import Submission, UpstreamAPI, WithheldTokens, connect
 from guardrail.engines.remote.backends.vllm import BAN_BIAS, VLLMAPI
 from guardrail.engines.remote.client import UpstreamClient, UpstreamError
 from guardrail.engines.remote.upstream import UpstreamInfo
-from guardrail.guard.events import Event, Finish, FinishReason, Usage
+from guardrail.guard.driver import DecodeDriver
+from guardrail.guard.events import Event, FinishReason, Usage
 from guardrail.guard.session import GuardSession
-from guardrail.guard.verdict import KEEP, judge, judge_end
+from guardrail.guard.verdict import KEEP
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -93,7 +92,6 @@ class _Counters:
         self.chunks = 0
         self.cached_tokens = 0
         self.banned_at: dict[int, int] = {}
-        self.started = time.perf_counter()
 
 
 class _Verdicts:
@@ -103,14 +101,14 @@ class _Verdicts:
     a finish's only after it has closed the upstream stream (closing it is what aborts the upstream request).
     A keep needs nothing (the upstream decodes on); a rollback needs nothing here either (the loop leaves
     the stream and resubmits ``prompt + kept`` with the position's bans); a finish calls
-    :meth:`RemoteEngine._finish` (``GuardSession.finish`` with the gateway's counters).
+    :meth:`RemoteEngine._finish` (the driver's finish with the gateway's counters).
     """
 
-    __slots__ = ("counters", "engine", "events", "session")
+    __slots__ = ("counters", "driver", "engine", "events")
 
-    def __init__(self, engine: RemoteEngine, session: GuardSession, counters: _Counters) -> None:
+    def __init__(self, engine: RemoteEngine, driver: DecodeDriver, counters: _Counters) -> None:
         self.engine = engine
-        self.session = session
+        self.driver = driver
         self.counters = counters
         self.events: list[Event] = []
 
@@ -124,7 +122,7 @@ class _Verdicts:
         pass
 
     def on_finish(self, reason: FinishReason) -> None:
-        self.events.extend(self.engine._finish(self.session, reason, self.counters))
+        self.events.extend(self.engine._finish(self.driver, reason, self.counters))
 
     def drain(self) -> list[Event]:
         """The buffered events, in order; the buffer is emptied."""
@@ -166,7 +164,6 @@ class RemoteEngine:
         self.context_length = context_length
         self.num_logits = len(vocab)
         self.eos_ids = frozenset(vocab.eos_ids)
-        self.model_config = SimpleNamespace(vocab_size=self.num_logits, bos_token_id=tokenizer.bos_token_id)
         self.client = UpstreamClient(url, max_connections=capacity + 2, connect_timeout_s=connect_timeout_s,
                                      read_timeout_s=read_timeout_s, retries=retries, transport=transport)
         self.info: UpstreamInfo | None = None
@@ -210,6 +207,14 @@ class RemoteEngine:
     def health(self) -> EngineHealth:
         return self._health
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        """What the upstream's API supports (known after :meth:`start`); no model config: the gateway sees the
+        upstream's tokenizer only, not its model's config (its logits width may be padded past the vocab), so
+        ``/v1/watermark/detect`` answers 400 naming this engine."""
+        return EngineCapabilities.refusing(self.api.unsupported if self.api else UNSUPPORTED, usage=RemoteUsage,
+                                           upstream=True)
+
     def stream(self, prompt_ids: Sequence[int], artefact: ArtefactLike | None, params: SamplingParams,
                cancel: threading.Event | None = None) -> Iterator[Event]:
         """See :meth:`guardrail.engines.base.Engine.stream`; the Finish's usage is a :class:`RemoteUsage`.
@@ -227,22 +232,23 @@ class RemoteEngine:
             raise EngineUnavailable(f"the upstream is down ({self._health.detail})", self._retry_after_s)
         session = GuardSession.from_params(artefact, self.vocab, params, eos_ids=self.eos_ids,
                                            num_logits=self.num_logits, prompt_tokens=len(prompt))
-        return self._run(prompt, params, session, cancel or threading.Event())
+        return self._run(prompt, params, session, cancel)
 
     # -- the decode loop -----------------------------------------------------------------------------
     def _run(self, prompt: list[int], params: SamplingParams, session: GuardSession,
-             cancel: threading.Event) -> Iterator[Event]:
+             cancel: threading.Event | None) -> Iterator[Event]:
         counters = _Counters()
-        verdicts = _Verdicts(self, session, counters)
+        # The loop end (cancel, deadline, room, judge, finish, usage); its clock starts at the first event asked.
+        driver = DecodeDriver(session, timeout_s=params.timeout_s, max_tokens=params.max_tokens, cancel=cancel,
+                              context_length=self.context_length)
+        verdicts = _Verdicts(self, driver, counters)
         while True:
-            if cancel.is_set():
-                yield from self._finish(session, "cancelled", counters)
+            reason = driver.stop_reason(room=True)  # cancelled; past the deadline or no room: length
+            if reason is not None:
+                yield from self._finish(driver, reason, counters)
                 return
             position = session.position
-            room = min(params.max_tokens - position, self.context_length - len(prompt) - position)
-            if room <= 0 or time.perf_counter() - counters.started > params.timeout_s:
-                yield from self._finish(session, "length", counters)
-                return
+            room = driver.room()
             assert self.api is not None and self.info is not None, "start() checks the upstream first"
             always_banned = frozenset(int(t) for t in session.always_banned)
             position_bans = frozenset(int(t) for t in session.bans.banned(position))
@@ -259,24 +265,25 @@ class RemoteEngine:
                 in_request=in_request))
             counters.requests += 1
             counters.resubmissions += bool(position_bans)
-            reason = yield from self._request(body, single, session, verdicts, always_banned, position_bans, cancel,
+            reason = yield from self._request(body, single, driver, verdicts, always_banned, position_bans,
                                               counters, params)
             yield from verdicts.drain()  # a rollback's or a verdict finish's events: the stream is closed now
             if reason is not None:
-                yield from self._finish(session, reason, counters)
+                yield from self._finish(driver, reason, counters)
                 return
             if session.finished:  # the verdict finished it (through _Verdicts.on_finish)
                 return
 
-    def _request(self, body: dict[str, Any], single: bool, session: GuardSession, verdicts: _Verdicts,
-                 always_banned: frozenset[int], position_bans: frozenset[int], cancel: threading.Event,
+    def _request(self, body: dict[str, Any], single: bool, driver: DecodeDriver, verdicts: _Verdicts,
+                 always_banned: frozenset[int], position_bans: frozenset[int],
                  counters: _Counters, params: SamplingParams) -> Generator[Event, None, FinishReason | None]:
-        """Stream one upstream request through the session (:func:`~guardrail.guard.verdict.judge`). Returns
+        """Stream one upstream request through the session (:meth:`DecodeDriver.judge`). Returns
         (as the generator's value) the reason of a finish the engine decides itself (cancel, timeout, the
         banned-token budget), or ``None``: the next request (a rollback, a re-pick done, the upstream's
         length, ids held back) or, when ``session.finished``, the end (a verdict finish; its events wait in
         ``verdicts``). ``always_banned`` ids are banned at every position, ``position_bans`` at the request's first."""
         assert self.api is not None, "start() checks the upstream first"
+        session = driver.session
         received = 0
         upstream_reason = None
         try:
@@ -291,13 +298,12 @@ class RemoteEngine:
                         if (token in always_banned or (received == 1 and token in position_bans)
                                 or not 0 <= token < self.num_logits):
                             return self._banned_returned(session, counters, params)  # closes the stream
-                        if judge(session, token, verdicts) != KEEP:
+                        if driver.judge(token, verdicts) != KEEP:
                             return None  # leaving the block closes the stream: the upstream aborts
                         yield from verdicts.drain()
-                        if cancel.is_set():
-                            return "cancelled"
-                        if time.perf_counter() - counters.started > params.timeout_s:
-                            return "length"
+                        reason = driver.stop_reason()  # cancelled, or past the deadline
+                        if reason is not None:
+                            return reason
                         if single:
                             return None  # a re-pick keeps one token (llama.cpp may decode more to end a character)
                     upstream_reason = piece.finish_reason or upstream_reason
@@ -319,7 +325,7 @@ class RemoteEngine:
         if single or upstream_reason == "length":
             return None  # a re-pick done, or the upstream's own token limit: ask for the rest
         # The upstream ended the text where the session did not (its stop): the end-of-text rule applies.
-        judge_end(session, verdicts, "stop" if upstream_reason == "stop" else "length")
+        driver.judge_end(verdicts, "stop" if upstream_reason == "stop" else "length")
         return None
 
     def _banned_returned(self, session: GuardSession, counters: _Counters,
@@ -334,16 +340,11 @@ class RemoteEngine:
             return "content_filter"
         return None
 
-    def _finish(self, session: GuardSession, reason: FinishReason, counters: _Counters) -> Iterator[Event]:
-        events = session.finish(reason, forward_passes=counters.chunks, reprefills=counters.resubmissions,
-                                seconds=time.perf_counter() - counters.started, cached_tokens=counters.cached_tokens)
-        *rest, last = events
-        assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
-        usage = RemoteUsage(**asdict(last.usage), requests=counters.requests,
-                            resubmissions=counters.resubmissions, banned_returned=counters.banned_returned,
-                            withheld=counters.withheld)
-        yield from rest
-        yield Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)
+    def _finish(self, driver: DecodeDriver, reason: FinishReason, counters: _Counters) -> Iterator[Event]:
+        yield from driver.finish(reason, forward_passes=counters.chunks, reprefills=counters.resubmissions,
+                                 cached_tokens=counters.cached_tokens, usage=RemoteUsage, requests=counters.requests,
+                                 resubmissions=counters.resubmissions, banned_returned=counters.banned_returned,
+                                 withheld=counters.withheld)
 
     def _probe(self) -> None:
         while not self._stopped.wait(self._health_interval_s):

@@ -71,7 +71,7 @@ from guardrail.engines.transformers.prefix_cache import (
     PrefixCache,
 )
 from guardrail.engines.transformers.sampling import BatchBanMask
-from guardrail.guard.events import Event, Finish, TextDelta, Usage
+from guardrail.guard.events import Event, Finish, TextDelta
 from guardrail.matching.combined import ArtefactLike
 from guardrail.params import SamplingParams
 
@@ -461,8 +461,11 @@ class BatchedDecoder:
         self._failures.append((row.request, exc))
 
     def _cancelled_before_start(self, row: _BatchRow) -> Finish:
+        """The request left while waiting: its driver finishes it (no text, no model work)."""
         row.request.finished = True
-        return Finish("cancelled", "", Usage(len(row.prompt), 0, 0, 0, 0, 0.0), ())
+        *_, finish = row.generation.driver.finish("cancelled")
+        assert isinstance(finish, Finish), "a finish ends with the Finish event"
+        return finish
 
     def _step_single(self) -> list[tuple[Request, Event]]:
         """Batch-1 fallback: the next event of the current stream (starting the next one when needed)."""

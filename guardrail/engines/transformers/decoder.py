@@ -12,11 +12,13 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
       -> only when the request asked for logprobs: the pick's raw logprob and top-k    Generation._pick_logprobs
          (log_softmax of the logits of p before any processor or ban, computed once per position)
-      -> judge(session, token, generation): every pick, including the re-pick after a rollback
-         (guardrail.guard.verdict: the session's verdict, applied through Generation's handler methods)
+      -> driver.judge(token, generation): every pick, including the re-pick after a rollback
+         (guardrail.guard.driver.DecodeDriver, the loop end every engine shares: before each pick it asks
+         stop_reason() — cancel, deadline — and its finish() ends the text; the session's verdict is applied
+         through Generation's handler methods)
            on_rollback -> crop the KV cache to where the term began, drop later kept logits, pick again there
            on_keep     -> one forward pass for the logits of p + 1 (the session released what became final)
-           on_finish   -> session.finish(reason): the last text and the Finish event
+           on_finish   -> driver.finish(reason): the last text and the Finish event
 
 :class:`Generation` holds one request's state and loop; :class:`StreamingDecoder` runs one at a time on its own
 KV cache, and the batched engine (:mod:`guardrail.engines.transformers.batched`) composes one per row.
@@ -61,10 +63,11 @@ from guardrail.engines.transformers.sampling import (
     build_warpers,
 )
 from guardrail.grammar.matcher import GrammarState
+from guardrail.guard.driver import DecodeDriver
 from guardrail.guard.events import Event, FinishReason
 from guardrail.guard.logprobs import PickLogprobs
 from guardrail.guard.session import GuardSession
-from guardrail.guard.verdict import FINISH, KEEP, VerdictHandler, judge
+from guardrail.guard.verdict import FINISH, KEEP, VerdictHandler
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -230,6 +233,10 @@ class Generation(VerdictHandler):
             raise ValueError(f"prompt_ids: token ids must be in [0, {size}), got {bad[:10]}")
         params.check_vocab(size)
         self.session = decoder.session(artefact, params, len(self.prompt))
+        # The loop end (cancel, deadline, room, judge, finish, usage) is the engine-independent driver's; the
+        # service checks the context before admission, so no context bound here (as before the driver).
+        self.driver = DecodeDriver(self.session, timeout_s=params.timeout_s, max_tokens=params.max_tokens,
+                                   cancel=cancel)
         # The request's JSON grammar (docs/structured-output.md): follows the session's kept tokens.
         self.grammar = (GrammarState(params.response_format, decoder.tokenizer, decoder.vocab, self.session.eos_ids,
                                      decoder.vocab_size) if params.response_format is not None else None)
@@ -297,26 +304,24 @@ class Generation(VerdictHandler):
         """
         self.kv = kv
         self.logits[0] = logits
-        self.started = started
+        self.started = self.driver.started = started
         self.cached_tokens = cached_tokens
         return self._loop()
 
     # -- the loop ---------------------------------------------------------------------------------------
     def _loop(self) -> Generator[Event | Feed, torch.Tensor, None]:
-        session, params = self.session, self.params
+        driver = self.driver
         while True:
-            if self.cancel is not None and self.cancel.is_set():
-                yield from self._finished("cancelled")
-                return
-            if time.perf_counter() - self.started > params.timeout_s:
-                yield from self._finished("length")
+            reason = driver.stop_reason()  # cancelled, or past the deadline
+            if reason is not None:
+                yield from self._finished(reason)
                 return
             token = self._pick()
             if token is None:  # every candidate is banned here
                 yield from self._finished("content_filter")
                 return
             picked = self._pick_logprobs(token) if self.raw_logprobs is not None else None
-            kind = judge(session, token, self, picked)
+            kind = driver.judge(token, self, picked)
             if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
                 yield from self._drain()
             if kind == FINISH:
@@ -361,7 +366,7 @@ class Generation(VerdictHandler):
             self._pending = []
             self._verified()
             self._kv.rollback_to(len(self.prompt) + position - 1, self.prompt + list(self.session.token_ids))
-        self._feed = Feed([token_id, *self._drafts(position)])
+        self._feed = Feed([token_id, *self._drafts()])
 
     def on_rollback(self, position: int) -> None:
         """Crop the cache to ``prompt + position``, keep the logits of ``position`` (rollback costs no forward
@@ -385,10 +390,9 @@ class Generation(VerdictHandler):
 
     def on_finish(self, reason: FinishReason) -> None:
         kv = self._kv
-        self._out.extend(self.session.finish(
+        self._out.extend(self.driver.finish(
             reason, forward_passes=kv.forward_passes, reprefills=kv.reprefills, cached_tokens=self.cached_tokens,
-            draft_tokens=self.draft_tokens, accepted_draft_tokens=self.accepted_draft_tokens,
-            seconds=time.perf_counter() - self.started))
+            draft_tokens=self.draft_tokens, accepted_draft_tokens=self.accepted_draft_tokens))
 
     @property
     def _kv(self) -> DecodeKV:
@@ -407,12 +411,12 @@ class Generation(VerdictHandler):
             self.draft_tokens += fed
 
     # -- speculative decoding ----------------------------------------------------------------------------
-    def _drafts(self, position: int) -> list[int]:
+    def _drafts(self) -> list[int]:
         """Tokens to verify after the one being fed: as many of the drafter's as pay off (:func:`draft_width`),
         never past ``max_tokens``."""
         if self.drafter is None:
             return []
-        room = min(self.draft_limit, self.params.max_tokens - position)
+        room = min(self.draft_limit, self.driver.room())
         proposed = self.drafter.propose(room) if room > 0 else []
         width = draft_width(self.acceptance, len(proposed), room, self.verify_cost)
         if proposed and width == 0:  # drafts stopped paying: drift back up so that they are tried again

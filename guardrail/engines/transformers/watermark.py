@@ -20,6 +20,7 @@ import torch
 from transformers import WatermarkDetector, WatermarkingConfig
 from transformers.generation.logits_process import WatermarkLogitsProcessor
 
+from guardrail.engines.base import ModelConfig
 from guardrail.params import DEFAULT_HASHING_KEY
 
 #: z-score above which text counts as watermarked (the paper uses 4.0: a false-positive rate of ~3e-5).
@@ -77,13 +78,15 @@ def _detector(vocab_size: int, bos_token_id: int | None, hashing_key: int) -> Wa
     return WatermarkDetector(config, "cpu", watermarking_config(hashing_key))  # type: ignore[arg-type]
 
 
-def detect_watermark(token_ids: Sequence[int], model_config, hashing_key: int = DEFAULT_HASHING_KEY,
+def detect_watermark(token_ids: Sequence[int], model_config: ModelConfig | Any, hashing_key: int = DEFAULT_HASHING_KEY,
                      z_threshold: float = DEFAULT_Z_THRESHOLD) -> WatermarkVerdict:
     """Score a passage (completion token ids, without the prompt) with transformers' ``WatermarkDetector``.
 
     Args:
         token_ids: the generated token ids (or ``tokenizer.encode(text, add_special_tokens=False)``).
-        model_config: the generating model's config (its ``vocab_size`` and ``bos_token_id`` are used).
+        model_config: the generating model's :class:`~guardrail.engines.base.ModelConfig` (an engine's
+            ``capabilities.model_config``), or its transformers config (its text config's ``vocab_size`` and
+            its ``bos_token_id`` are used).
         hashing_key: the key used at generation.
         z_threshold: the decision threshold.
 
@@ -93,8 +96,9 @@ def detect_watermark(token_ids: Sequence[int], model_config, hashing_key: int = 
     ids = [int(t) for t in token_ids]
     if len(ids) < 2:
         raise ValueError(f"token_ids: need at least 2 tokens to score a watermark, got {len(ids)}")
+    config = model_config if isinstance(model_config, ModelConfig) else ModelConfig.of(model_config)
     with _detector_lock:
-        detector = _detector(model_config.get_text_config().vocab_size, model_config.bos_token_id, hashing_key)
+        detector = _detector(config.vocab_size, config.bos_token_id, hashing_key)
         input_ids = cast(torch.LongTensor, torch.tensor([ids]))  # int64; the stub wants the LongTensor class
         # Typed as an array or an output whose fields are all Optional; return_dict=True gives the output,
         # every field set.

@@ -28,17 +28,17 @@ import itertools
 import os
 import queue
 import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guardrail.engines.base import check_request
 from guardrail.engines.vllm.args import GuardArgs
+from guardrail.guard.driver import DecodeDriver
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.session import GuardSession
-from guardrail.guard.verdict import KEEP, judge, judge_end
+from guardrail.guard.verdict import KEEP
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION, Obfuscation
 from guardrail.matching.vocab import TokenVocab
@@ -75,11 +75,14 @@ class _Job:
     """One guarded request: its session, its current vLLM request, and the queue its caller reads."""
 
     def __init__(self, job_id: int, prompt: list[int], params: SamplingParams, session: GuardSession,
-                 guard: GuardArgs | None, cancel: threading.Event | None):
+                 guard: GuardArgs | None, cancel: threading.Event | None, max_model_len: int):
         self.id = job_id
         self.prompt = prompt
         self.params = params
         self.session = session
+        # The loop end (cancel, deadline, room, judge, finish, usage); its clock starts now, at stream().
+        self.driver = DecodeDriver(session, timeout_s=params.timeout_s, max_tokens=params.max_tokens, cancel=cancel,
+                                   context_length=max_model_len)
         self.guard = guard
         # session.always_banned that guard.always_banned holds (the artefact's at first; escalations add theirs).
         self.always_banned = session.always_banned
@@ -94,7 +97,6 @@ class _Job:
         self.submitted_tokens = 0
         self.steps = 0
         self.done = False
-        self.started = time.perf_counter()
 
 
 class _JobVerdicts:
@@ -249,7 +251,7 @@ class VLLMDriver:
                                            num_logits=self.num_logits, prompt_tokens=len(prompt))
         if self._error is not None:
             raise RuntimeError("the vLLM engine thread failed") from self._error
-        job = _Job(next(self._ids), prompt, params, session, guard, cancel)
+        job = _Job(next(self._ids), prompt, params, session, guard, cancel, self.max_model_len)
         self._commands.put(job)
         return self._events(job)
 
@@ -325,10 +327,10 @@ class VLLMDriver:
                 job.events.put(exc)
 
     def _check_limits(self, job: _Job) -> None:
-        if (job.cancel is not None and job.cancel.is_set()) or job.closed.is_set():
-            self._finish(job, "cancelled")
-        elif time.perf_counter() - job.started > job.params.timeout_s:
-            self._finish(job, "length")
+        # A caller that stopped reading cancels as its cancel event would.
+        reason: FinishReason | None = "cancelled" if job.closed.is_set() else job.driver.stop_reason()
+        if reason is not None:
+            self._finish(job, reason)
 
     def _submit(self, job: _Job) -> None:
         """Submit the prompt plus the kept tokens, with the bans of the next position."""
@@ -339,7 +341,7 @@ class VLLMDriver:
         session, params = job.session, job.params
         kept = list(session.token_ids)
         position = session.position
-        room = min(params.max_tokens - position, self.max_model_len - len(job.prompt) - position)
+        room = job.driver.room()
         if room <= 0:
             self._finish(job, "length")
             return
@@ -379,12 +381,12 @@ class VLLMDriver:
         job.steps += 1
         verdicts = _JobVerdicts(self, job)
         for token in output.outputs[0].token_ids:
-            if judge(job.session, int(token), verdicts) != KEEP:  # resubmitted or finished
+            if job.driver.judge(int(token), verdicts) != KEEP:  # resubmitted or finished
                 return
         if output.finished:
             # vLLM ended the text where the session did not (its max_model_len): the end-of-text rule applies.
             self._retire(job)
-            judge_end(job.session, verdicts, "length")
+            job.driver.judge_end(verdicts, "length")
 
     def _put(self, job: _Job, events: Sequence[Event]) -> None:
         for event in events:
@@ -406,11 +408,7 @@ class VLLMDriver:
             return
         self._retire(job)
         job.done = True
-        events = job.session.finish(reason, forward_passes=job.steps, reprefills=max(0, job.submissions - 1),
-                                    seconds=time.perf_counter() - job.started)
-        *rest, last = events
-        assert isinstance(last, Finish), "GuardSession.finish ends with the Finish event"
-        usage = VLLMUsage(**{**asdict(last.usage), "cached_tokens": job.prompt_cached_tokens},
-                          resubmissions=max(0, job.submissions - 1),
-                          prefill_tokens=job.submitted_tokens - job.cached_tokens)
-        self._put(job, (*rest, Finish(last.reason, last.text, usage, last.token_ids, last.filtered_by)))
+        resubmissions = max(0, job.submissions - 1)
+        self._put(job, job.driver.finish(
+            reason, forward_passes=job.steps, reprefills=resubmissions, cached_tokens=job.prompt_cached_tokens,
+            usage=VLLMUsage, resubmissions=resubmissions, prefill_tokens=job.submitted_tokens - job.cached_tokens))

@@ -2,7 +2,7 @@
 
 vLLM's real server (tests/engines/remote/gateway) honours ``logit_bias`` -100, so it cannot show what the gateway does when an
 upstream returns a banned token anyway: this scripted upstream (an ``httpx.MockTransport``: a fake, for that
-reason only) ignores every bias and always decodes the same text.
+reason only; tests/helpers/scripted_upstream.py) ignores every bias and always decodes the same text.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 
 import httpx
 import pytest
+from helpers.scripted_upstream import ScriptedUpstream
 
 from guardrail.engines.remote.engine import BAN_BIAS, RemoteEngine, RemoteUsage
 from guardrail.engines.remote.upstream import UpstreamMismatch
@@ -19,39 +20,6 @@ from guardrail.guard.events import Completion, Finish
 from guardrail.matching.cache import ArtefactCache
 from guardrail.params import SamplingParams
 from guardrail.wordlists.wordlist import wordlist_from_terms
-
-
-class ScriptedUpstream:
-    """Decodes ``script`` after any prompt that starts with ``base`` (the kept tokens continue it), whatever
-    the request's ``logit_bias``; records every completion request."""
-
-    def __init__(self, tokenizer, base: list[int], script: list[int], tokenize_offset: int = 0,
-                 cached_tokens: int | None = None) -> None:
-        self.tokenizer, self.base, self.script, self.offset = tokenizer, base, script, tokenize_offset
-        self.cached_tokens = cached_tokens  # when set, each stream ends with a usage chunk reporting this many
-        self.requests: list[dict] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/health":  # the engine's health probe
-            return httpx.Response(200)
-        if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "scripted", "owned_by": "vllm", "max_model_len": 2048}]})
-        body = json.loads(request.content)
-        if request.url.path == "/tokenize":
-            ids = self.tokenizer.encode(body["prompt"], add_special_tokens=False)
-            return httpx.Response(200, json={"tokens": [t + self.offset for t in ids]})
-        self.requests.append(body)
-        done = len(body["prompt"]) - len(self.base) if body["prompt"][:len(self.base)] == self.base else 0
-        tokens = self.script[done:done + body["max_tokens"]]
-        lines = [f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [t], 'finish_reason': None}]})}"
-                 for t in tokens]
-        lines.append(f"data: {json.dumps({'choices': [{'index': 0, 'token_ids': [], 'finish_reason': 'length'}]})}")
-        if self.cached_tokens is not None:
-            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(tokens),
-                     "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
-            lines.append(f"data: {json.dumps({'choices': [], 'usage': usage})}")
-        return httpx.Response(200, text="\n\n".join([*lines, "data: [DONE]", ""]),
-                              headers={"content-type": "text/event-stream"})
 
 
 def engine_for(upstream: ScriptedUpstream, tokenizer, vocab, logits_processor: str = "auto") -> RemoteEngine:
@@ -161,3 +129,56 @@ def test_an_eos_the_upstream_streams_finishes_through_the_verdict_once_with_the_
     # The EOS ends the text (judge -> on_finish): nothing after it is kept, one upstream request was enough.
     assert (done.text, done.finish_reason) == (" I am fine", "stop")
     assert isinstance(done.usage, RemoteUsage) and done.usage.requests == 1 and len(upstream.requests) == 1
+
+
+# -- the loop end is the shared DecodeDriver's (guardrail/guard/driver.py): cancel, deadline, room -----------------
+
+def stream_through(smollm2_tokenizer, smollm2_vocab, base: list[int], params: SamplingParams,
+                   cancel: threading.Event | None = None, cancel_after_text: bool = False):
+    """The events of one unguarded stream after ``base`` (the script: a long sentence), and the upstream's
+    completion requests."""
+    script = smollm2_tokenizer.encode(" one two three four five six seven eight nine ten eleven twelve",
+                                      add_special_tokens=False)
+    upstream = ScriptedUpstream(smollm2_tokenizer, base, script)
+    engine = engine_for(upstream, smollm2_tokenizer, smollm2_vocab)
+    upstream.requests.clear()  # the start-up check's probe
+    events = []
+    try:
+        for event in engine.stream(base, None, params, cancel):
+            events.append(event)
+            if cancel_after_text and cancel is not None and getattr(event, "text", ""):
+                cancel.set()
+    finally:
+        engine.close()
+    assert isinstance(events[-1], Finish) and sum(isinstance(e, Finish) for e in events) == 1
+    return events, upstream.requests
+
+
+def test_a_cancel_mid_stream_ends_with_cancelled_at_the_next_token(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Count:", add_special_tokens=False)
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12), threading.Event(),
+                                      cancel_after_text=True)
+    done = events[-1]
+    assert done.reason == "cancelled" and done.text == " one" and len(requests) == 1
+    assert isinstance(done.usage, RemoteUsage) and done.usage.completion_tokens == 1
+
+
+def test_a_spent_deadline_ends_with_length_before_any_request(smollm2_tokenizer, smollm2_vocab):
+    base = smollm2_tokenizer.encode("Count:", add_special_tokens=False)
+    # A deadline already past when the loop first asks (1 ns: no sleep, no wall-clock threshold).
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12, timeout_s=1e-9))
+    assert (events[-1].reason, events[-1].text, requests) == ("length", "", [])
+
+
+def test_the_room_left_in_the_context_bounds_the_request_and_ends_with_length(smollm2_tokenizer, smollm2_vocab):
+    # The scripted upstream's max_model_len is 2048: a 2040-token prompt leaves room for 8 tokens, below max_tokens.
+    word = smollm2_tokenizer.encode(" word", add_special_tokens=False)
+    base = word * 2040
+    events, requests = stream_through(smollm2_tokenizer, smollm2_vocab, base,
+                                      SamplingParams(temperature=0, max_tokens=12))
+    done = events[-1]
+    assert [r["max_tokens"] for r in requests] == [8]
+    assert (done.reason, done.usage.completion_tokens) == ("length", 8)
+    assert done.text == " one two three four five six seven eight"

@@ -13,7 +13,7 @@ from helpers.streams import assert_no_leak, contract
 
 from guardrail.engines.transformers.batched import BatchedDecoder
 from guardrail.engines.transformers.decoder import StreamingDecoder, generation_eos_ids
-from guardrail.guard.events import Rollback
+from guardrail.guard.events import Finish, Rollback
 from guardrail.matching.compiler import compile_artefact
 from guardrail.matching.vocab import TokenVocab
 from guardrail.params import SamplingParams
@@ -105,6 +105,19 @@ def test_no_leak_at_batch_8_sampled_and_seeded_rows_draw_as_alone(decoder, jobs)
         assert_no_leak(stream, TARGETS)
     for job, stream in list(zip(sampled, events, strict=True))[:4]:  # own generator per row
         assert contract(stream) == contract(list(decoder.stream(*job)))
+
+
+def test_a_request_cancelled_while_waiting_finishes_through_its_driver_without_model_work(decoder, jobs):
+    batched = BatchedDecoder(decoder, max_batch=8)
+    cancel = threading.Event()
+    cancel.set()
+    request = batched.submit(*jobs[0], cancel=cancel)
+    events = batched.step()
+    assert [r for r, _ in events] == [request] and batched.idle and batched.prefill_passes == 0
+    (_, finish), = events
+    assert isinstance(finish, Finish) and (finish.reason, finish.text, finish.token_ids) == ("cancelled", "", ())
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.forward_passes) == (
+        len(jobs[0][0]), 0, 0)
 
 
 def test_cancel_of_one_row_leaves_the_others_intact(decoder, jobs, alone):

@@ -54,5 +54,11 @@ def test_the_service_on_vllm_streams_a_guarded_answer(tmp_path):
         assert metric_total(scraped, "vllm:request_success_total") >= 2
         assert metric_total(scraped, "vllm:generation_tokens_total") >= kept
         assert "vllm:kv_cache_usage_perc" in scraped
+        # The vLLM engine declares the model's config (EngineCapabilities.model_config): the watermark route
+        # scores with it (the plain answer carries no mark), where it used to fail with a 500.
+        detected = server.post("/v1/watermark/detect", json={"text": plain.choices[0].message.content},
+                               headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+        assert detected.status_code == 200, detected.text
+        assert detected.json()["prediction"] is False and detected.json()["tokens_scored"] >= 1
     finally:
         server.stop()

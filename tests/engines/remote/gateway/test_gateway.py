@@ -86,3 +86,11 @@ def test_a_rollback_beside_a_concurrent_stream(gateway, upstream):
 
 def test_an_upstream_killed_mid_stream_ends_the_stream_with_an_error_then_done(gateway, upstream):
     check_upstream_killed_mid_stream(gateway, upstream)
+
+
+def test_watermark_detection_is_refused_naming_the_engine(gateway):
+    # The gateway knows the upstream's tokenizer, not its model's config (EngineCapabilities.model_config is
+    # None): a 400 naming the engine, never a 500.
+    response = gateway.post("/v1/watermark/detect", json={"text": "Some text to score."})
+    assert response.status_code == 400, response.text
+    assert "engine 'remote' does not provide it" in response.json()["error"]["message"]
