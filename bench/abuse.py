@@ -12,9 +12,10 @@ Attacks (:data:`ATTACKS`): ``regex_terms`` (40 distinct ``re:bcd.{0,15}e...`` re
 ``big_schemas`` (12 distinct schemas with a 4 MB ``description``), ``anonymous_guard_off``
 (``wordlists: []``, ``obfuscation: off``, ``evasion_guard: off`` without a key), ``readyz_probe`` (what an
 unauthenticated ``/readyz`` tells), ``check_scan`` (a dictionary scan of a tenant's private list through
-``/v1/check``), ``unknown_keys`` (a 16 MiB body of unknown keys), ``admin_bruteforce`` (wrong admin tokens),
+``/v1/check``), ``unknown_keys`` (a 16 MiB body of unknown keys, then one at the body limit),
 ``exec_timeout`` (admin writes while Redis holds writes back: ``CLIENT PAUSE ... WRITE`` longer than the
-store's timeout, so that ``EXEC`` replies time out).
+store's timeout, so that ``EXEC`` replies time out), ``admin_bruteforce`` (wrong admin tokens; last, as it leaves
+the address throttled).
 
 The light variants (:data:`LIGHT`) are what ``bench/soak.py --abuse-every N`` mixes into a soak.
 
@@ -50,6 +51,7 @@ from harness import free_port, start_service, user_turn  # noqa: E402
 from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION  # noqa: E402
 
 MODEL = "smollm2"
+MAX_BODY_BYTES = 4 * 1024 * 1024  # the service's default GUARDRAIL_MAX_BODY_BYTES
 #: 40 characters: long enough for an admin token floor of 32 (issue 31 item 6).
 ADMIN_TOKEN = "abuse-bench-admin-token-0123456789abcdef"
 TENANT = "victim"
@@ -187,13 +189,18 @@ def longest_log_line(ctx: Context, since: int) -> int:
 
 
 def unknown_keys(ctx: Context, client: httpx.Client) -> dict[str, Any]:
-    body = unknown_keys_body()
+    """A 16 MiB body of unknown keys (the issue's), then one just under the service's body limit
+    (``GUARDRAIL_MAX_BODY_BYTES``, 4 MiB by default): the answer is the latter's, ``oversized_status`` the
+    former's."""
+    headers = {"Content-Type": "application/json"}
+    oversized = client.post(f"{ctx.base}{CHAT}", content=unknown_keys_body(), headers=headers)
+    body = unknown_keys_body(MAX_BODY_BYTES - 1024)
     before = log_size(ctx)
     started = time.perf_counter()
-    response = client.post(f"{ctx.base}{CHAT}", content=body, headers={"Content-Type": "application/json"})
+    response = client.post(f"{ctx.base}{CHAT}", content=body, headers=headers)
     result = answer(response, started)
-    return {**result, "body_bytes": len(body), "log_bytes_written": log_size(ctx) - before,
-            "longest_log_line_bytes": longest_log_line(ctx, before)}
+    return {**result, "body_bytes": len(body), "oversized_status": oversized.status_code,
+            "log_bytes_written": log_size(ctx) - before, "longest_log_line_bytes": longest_log_line(ctx, before)}
 
 
 def admin_bruteforce(ctx: Context, client: httpx.Client, count: int = 300) -> dict[str, Any]:

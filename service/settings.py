@@ -189,7 +189,9 @@ class Settings(BaseSettings):
     max_list_terms: int = Field(
         MAX_TERMS, ge=1, le=MAX_TERMS, description="Terms + allow-terms in one stored list (413 beyond)."
     )
-    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Request body size (413 beyond).")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Request body size (413 beyond). The body is "
+        "parsed on the event loop: a MiB of key-heavy JSON holds it ~30 ms (bench/abuse.py), so raise it only for "
+        "prompts that need it.")
     max_request_regex_terms: int = Field(
         100, ge=0, description="Regex terms (re:...) among a request's own terms (413 beyond): each may cost "
         "thousands of automaton states to compile.")

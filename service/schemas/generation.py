@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from guardrail.grammar.format import StructuredOutput
 from guardrail.params import MAX_TOP_LOGPROBS, EvasionGuard
 from service.schemas.fields import CHAT, is_set, refused
+from service.schemas.open_object import OpenObject
 from service.schemas.terms import ObfuscationSetting, TermItem, TermText
 from service.schemas.text import Text
 
@@ -77,12 +78,11 @@ class StreamOptions(BaseModel):
         "lists the caller may read (docs/service.md, Guard events).")
 
 
-class GenerationFields(BaseModel):
+class GenerationFields(OpenObject):
     """Fields shared by chat and text completions."""
 
-    # "allow": unknown fields are kept in ``model_extra`` so that the route can refuse the ones in
+    # OpenObject: unknown fields are kept in ``model_extra`` so that the route can refuse the ones in
     # refused_fields; the others are ignored.
-    model_config = ConfigDict(extra="allow")
     #: The undeclared fields this endpoint refuses when set (:mod:`service.schemas.fields`).
     refused_fields: ClassVar[frozenset[str]] = UNSUPPORTED_FIELDS
 
@@ -227,8 +227,7 @@ class ChatMessage(BaseModel):
         return "".join(part.text or "" for part in self.content)
 
 
-class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class FunctionDefinition(OpenObject):
 
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: Text | None = None

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from guardrail.grammar.format import StructuredOutput
 from service.schemas.fields import MESSAGES, refused
 from service.schemas.generation import UNSUPPORTED_FIELDS, GenerationFields
+from service.schemas.open_object import OpenObject
 from service.schemas.text import Text
 
 #: Anthropic's ``stop_reason`` by this service's finish_reason. ``content_filter`` (the rollback budget ran out,
@@ -119,10 +120,8 @@ class OutputConfig(BaseModel):
     effort: str | None = None
 
 
-class CountTokensRequest(BaseModel):
+class CountTokensRequest(OpenObject):
     """``POST /v1/messages/count_tokens``: the prompt fields of a message request."""
-
-    model_config = ConfigDict(extra="allow")
 
     model: str
     messages: list[MessageParam] = Field(min_length=1)
