@@ -58,7 +58,7 @@ from service.stores.store import (
     WriteConflict,
     trimmed,
 )
-from service.stores.write_outcome import COMMITTED, MARKER_TTL_S, committed, forget, new_marker
+from service.stores.write_outcome import execute_marked, new_marker
 
 log = logging.getLogger("guardrail.service.store")
 
@@ -271,19 +271,7 @@ class RedisStore:
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
                         pipe.publish(self.channel, json.dumps({"list": name, "version": version}))
-                        pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
-                        try:
-                            pipe.execute()
-                        except RedisError as exc:
-                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
-                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
-                            if not committed(self._redis, marker, f"word list {name!r}", self.settled):
-                                if isinstance(exc, WatchError):
-                                    raise  # not committed: another writer, or the connection; try again
-                                raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
-                                                       "and did not commit") from exc
-                        else:
-                            forget(self._redis, marker)
+                        execute_marked(pipe, self._redis, marker, f"word list {name!r}", self.settled)
                     except WatchError:
                         continue  # the list changed under us: recompute against the new version
                     if change.wordlist is None:

@@ -19,9 +19,10 @@ import uuid
 from collections import Counter
 
 import redis
-from redis.exceptions import RedisError
+from redis.client import Pipeline
+from redis.exceptions import RedisError, WatchError
 
-from service.stores.store import WriteOutcomeUnknown
+from service.stores.store import StoreUnavailable, WriteOutcomeUnknown
 
 #: Markers expire after an hour: a lost reply is settled within seconds, and markers must not pile up.
 MARKER_TTL_S = 3600
@@ -73,3 +74,30 @@ def committed(client: redis.Redis, marker: str, what: str, tally: Counter[str] |
     tally["unknown"] += 1
     raise WriteOutcomeUnknown(f"the change of {what} was sent but Redis stopped answering before it could be told "
                               f"whether it committed ({last}); read it back to see") from last
+
+
+def execute_marked(pipe: Pipeline, client: redis.Redis, marker: str, what: str, tally: Counter[str]) -> None:
+    """Set ``marker`` to committed in ``pipe``'s transaction (which WATCHes it) and execute it, settling a lost
+    reply: returns when the write committed (its marker then forgotten).
+
+    Args:
+        pipe: a pipeline in MULTI that watched ``marker``; client, marker, what, tally: as :func:`committed`.
+
+    Raises:
+        WatchError: it did not commit because a watched key changed (or the connection dropped while watching,
+            which redis-py reports the same way): recompute and try again.
+        StoreUnavailable: Redis did not answer the change; it was checked and did not commit.
+        WriteOutcomeUnknown: as :func:`committed`.
+    """
+    pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
+    try:
+        pipe.execute()
+    except RedisError as exc:
+        # Sent, and the reply lost or the connection dropped: did it commit?
+        if not committed(client, marker, what, tally):
+            if isinstance(exc, WatchError):
+                raise  # not committed: another writer, or the connection; try again
+            raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked and did not "
+                                   "commit") from exc
+    else:
+        forget(client, marker)

@@ -40,7 +40,7 @@ from redis.exceptions import RedisError, WatchError
 from guardrail.atomic_file import read_json, write_json_atomically
 from service.stores.audit_log import JsonLinesLog
 from service.stores.store import StoreUnavailable, WriteConflict, content_digest, entity_tag
-from service.stores.write_outcome import COMMITTED, MARKER_TTL_S, committed, forget, new_marker
+from service.stores.write_outcome import execute_marked, new_marker
 from service.tenants.keys import key_id
 from service.tenants.policy import TenantPolicy
 
@@ -256,19 +256,7 @@ class RedisTenantStore:
                                 pipe.set(self._hash_key(digest), name)
                         pipe.lpush(self._audit, json.dumps(record.to_dict(), ensure_ascii=False))
                         pipe.ltrim(self._audit, 0, self._audit_max - 1)
-                        pipe.set(marker, COMMITTED, ex=MARKER_TTL_S)
-                        try:
-                            pipe.execute()
-                        except RedisError as exc:
-                            # Sent, and the reply lost or the connection dropped (redis-py reports a connection
-                            # lost while watching as a WatchError too): did it commit? (write_outcome.py)
-                            if not committed(self._redis, marker, f"tenant {name!r}", self.settled):
-                                if isinstance(exc, WatchError):
-                                    raise  # not committed: another writer, or the connection; try again
-                                raise StoreUnavailable(f"Redis did not answer the change ({exc}); it was checked "
-                                                       "and did not commit") from exc
-                        else:
-                            forget(self._redis, marker)
+                        execute_marked(pipe, self._redis, marker, f"tenant {name!r}", self.settled)
                         return new
                     except WatchError:
                         continue  # another writer changed this tenant: recompute against its version
