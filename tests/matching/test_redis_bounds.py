@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 import redis
-from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, STARTUP_TIMEOUT_S, LiveServer, RedisServer, free_port
+from helpers.service import ADMIN_TOKEN, CLIENT_KEY, MODEL, RedisServer, serve_in_thread
 from helpers.wait import wait_until
 
 from guardrail.matching.cache import ArtefactCache
@@ -199,28 +199,13 @@ def test_the_store_and_cache_fall_back_while_a_real_redis_is_stopped_or_hung(tmp
 # -- the service (real SmolLM2 in a thread of this process, its own Redis) ----------------------------
 
 
-@contextmanager
-def service_on(redis_url: str, data_dir, timeout_s: float) -> Iterator[LiveServer]:
-    import uvicorn
-
-    from service.app import create_app
+def service_on(redis_url: str, data_dir, timeout_s: float):
     from service.settings import Settings
 
     settings = Settings(model=MODEL, redis_url=redis_url, redis_prefix=f"guardrail-test:{uuid.uuid4().hex}:",
                         redis_timeout_s=timeout_s, admin_token=ADMIN_TOKEN, api_keys=[CLIENT_KEY],
                         data_dir=data_dir, version_poll_interval_s=0.5, default_max_tokens=24)
-    app = create_app(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, name="test-service-redis-bounds", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, STARTUP_TIMEOUT_S, "in-thread service", alive=thread.is_alive)
-        yield LiveServer(f"http://127.0.0.1:{port}", app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    return serve_in_thread(settings)
 
 
 @pytest.mark.slow
