@@ -76,7 +76,8 @@ def test_a_refused_set_is_answered_again_without_a_compile(service):
 
 
 def test_a_schema_padded_to_megabytes_is_a_400_naming_its_field(service):
-    padded = {"type": "object", "description": "x" * (4 * 1024 * 1024), "properties": {"a": {"type": "string"}}}
+    # 1 MiB: over the schema limit (256 KiB), under the body limit (4 MiB, a 413 beyond).
+    padded = {"type": "object", "description": "x" * (1024 * 1024), "properties": {"a": {"type": "string"}}}
     response_format = {"type": "json_schema", "json_schema": {"name": "padded", "schema": padded}}
     refused = chat(service, response_format=response_format)
     assert refused.status_code == 400, refused.text
