@@ -79,7 +79,9 @@ def test_the_processor_masks_each_request_as_its_session_would_through_joins_mov
 
     from guardrail.guard.session import MaskSession
     from guardrail.matching.compiler import compile_artefact
+    from guardrail.matching.obfuscation import DEFAULT_OBFUSCATION
     from guardrail.matching.vocab import TokenVocab
+    from guardrail.wordlists.wordlist import with_obfuscation
 
     config = driver.engine.vllm_config
     processor = GuardLogitsProcessor(config, torch.device("cpu"), is_pin_memory=False)
@@ -91,7 +93,9 @@ def test_the_processor_masks_each_request_as_its_session_would_through_joins_mov
                                               (2, bans, [1], outputs[2])], []))
     vocab = processor._load_vocab()
     assert isinstance(vocab, TokenVocab)
-    session = MaskSession(compile_artefact(vocab, [wordlist_from_terms(["hello"])]), vocab,
+    # The request names no level: the processor compiles at the default, as every path does.
+    session = MaskSession(compile_artefact(vocab, with_obfuscation([wordlist_from_terms(["hello"])],
+                                                                   DEFAULT_OBFUSCATION)), vocab,
                           eos_ids=processor._eos_ids, num_logits=width)
 
     def masked(logits, row):
