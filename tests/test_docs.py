@@ -24,9 +24,7 @@ BASES = ("", "guardrail", "service", "tests")
 #: Names that look like paths and are not the repository's: URLs and routes (``/v1/check``), media types.
 NOT_REPOSITORY = re.compile(r"://|^/|^[\w.-]+@|^(text|application|image|audio|video)/")
 #: Paths named on purpose that are not in the repository, with why.
-ELSEWHERE = {
-    "helm/helm": "the helm binary inside the Lambda layer docs/deploy.md builds",
-}
+ELSEWHERE: dict[str, str] = {}
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
