@@ -30,7 +30,7 @@ from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import COMPILER_VERSION, artefact_key, compile_artefact, compile_request_artefact
 from guardrail.matching.vocab import TokenVocab
 from guardrail.redis_client import DEFAULT_TIMEOUT_S, bounded_client
-from guardrail.sized_cache import SizedLRU, deep_sizeof
+from guardrail.sized_cache import SizedLRU
 from guardrail.wordlists.wordlist import WordList
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,9 @@ class ArtefactCache:
     Args:
         redis_url: ``redis://…`` to share artefacts between replicas; ``None`` for none.
         cache_dir: directory for the on-disk layer (``<cache_dir>/artefacts/<key>.bin``); ``None`` for none.
-        max_memory_bytes: bytes of artefacts kept in the in-process LRU (>= 1), each weighed by
-            :func:`guardrail.sized_cache.deep_sizeof` without the vocab it shares; one heavier than the bound is
-            served but not kept.
+        max_memory_bytes: bytes of artefacts kept in the in-process LRU (>= 1), each weighed by the length of
+            its encoded blob (its tables as stored, without the vocab it shares; known without a walk over the
+            artefact, which costs ~0.4 s for an ``en`` artefact); one heavier than the bound is served but not kept.
         max_disk_bytes: bound of the disk layer in bytes: after each write, the least recently used
             files (by modification time; a disk hit refreshes it) are removed until the rest fit. The file
             just written is always kept. ``None``: unbounded.
@@ -78,8 +78,8 @@ class ArtefactCache:
         self.key_prefix = key_prefix
         self._on_lookup = on_lookup or (lambda layer: None)
         self._on_compile = on_compile or (lambda seconds: None)
-        self._memory: SizedLRU[str, Artefact] = SizedLRU(
-            max_memory_bytes, lambda artefact: deep_sizeof(artefact, shared=(artefact.vocab,)))
+        # Every put passes the blob's length as the weight; the fallback is never a walk over the tables.
+        self._memory: SizedLRU[str, Artefact] = SizedLRU(max_memory_bytes, lambda artefact: 1)
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._redis = None
@@ -109,16 +109,19 @@ class ArtefactCache:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:  # one compile per key even when many requests miss at once
             found = self._memory.get(key)
-            layer, redis_answered = "memory", True
-            if found is None:
-                found, layer, redis_answered = self._load(vocab, key)
-            if found is None:
-                started = time.perf_counter()
-                found = compile_artefact(vocab, wordlists)
-                self._on_compile(time.perf_counter() - started)
-                layer = "compile"
-                self._store(found, key, to_redis=redis_answered)
-            self._remember(key, found)
+            if found is not None:
+                layer = "memory"
+            else:
+                found, layer, redis_answered, weight = self._load(vocab, key)
+                if found is None:
+                    started = time.perf_counter()
+                    found = compile_artefact(vocab, wordlists)
+                    self._on_compile(time.perf_counter() - started)
+                    layer = "compile"
+                    weight = self._store(found, key, to_redis=redis_answered)
+                self._memory.put(key, found, size=weight)
+            with self._lock:
+                self._key_locks.pop(key, None)
         self._on_lookup(layer)
         return found, layer
 
@@ -140,20 +143,16 @@ class ArtefactCache:
         extra = compile_request_artefact(vocab, request_lists, alongside=stored)
         return CombinedArtefact(self.get(vocab, stored)[0], extra) if stored else extra
 
-    def _remember(self, key: str, artefact: Artefact) -> None:
-        self._memory.put(key, artefact)  # weighed outside _lock (a walk over the artefact's tables)
-        with self._lock:
-            self._key_locks.pop(key, None)
-
-    def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str, bool]:
-        """``(artefact or None, layer, whether Redis answered)``; Redis not configured counts as answered."""
+    def _load(self, vocab: TokenVocab, key: str) -> tuple[Artefact | None, str, bool, int]:
+        """``(artefact or None, layer, whether Redis answered, the blob's length in bytes)``; Redis not
+        configured counts as answered."""
         redis_answered = True
         if self._redis is not None:
             redis_answered, blob = self._redis_get(key)
             if blob is not None:
                 artefact = self._decode(blob, vocab, key, "redis")
                 if artefact is not None:
-                    return artefact, "redis", True
+                    return artefact, "redis", True, len(blob)
         if self.cache_dir is not None:
             path = self.cache_dir / f"{key}.bin"
             if path.exists():
@@ -161,11 +160,11 @@ class ArtefactCache:
                     blob = path.read_bytes()
                     os.utime(path)  # recently used: last out of the bounded disk layer
                 except FileNotFoundError:  # pruned by another process meanwhile: a miss
-                    return None, "compile", redis_answered
+                    return None, "compile", redis_answered, 0
                 artefact = self._decode(blob, vocab, key, str(path))
                 if artefact is not None:
-                    return artefact, "disk", redis_answered
-        return None, "compile", redis_answered
+                    return artefact, "disk", redis_answered, len(blob)
+        return None, "compile", redis_answered, 0
 
     @staticmethod
     def _decode(blob: bytes, vocab: TokenVocab, key: str, where: str) -> Artefact | None:
@@ -189,7 +188,8 @@ class ArtefactCache:
             log.warning("redis unavailable for artefact lookup: %s", exc)
             return False, None
 
-    def _store(self, artefact: Artefact, key: str, to_redis: bool = True) -> None:
+    def _store(self, artefact: Artefact, key: str, to_redis: bool = True) -> int:
+        """Write ``artefact`` to Redis (unless ``to_redis`` is False) and disk; returns its blob's length, bytes."""
         blob = encode_artefact(artefact, key, COMPILER_VERSION)
         if self._redis is not None and to_redis:  # not after a failed read: one stall per lookup at most
             import redis
@@ -202,6 +202,7 @@ class ArtefactCache:
             path = self.cache_dir / f"{key}.bin"
             write_atomically(path, blob)
             self._prune_disk(keep=path)
+        return len(blob)
 
     def _prune_disk(self, keep: Path) -> None:
         """Remove the least recently used artefact files until the layer fits ``max_disk_bytes``."""

@@ -83,6 +83,20 @@ def test_disk_layer(tmp_path, smollm2_vocab, lists):
     assert ArtefactCache(None, tmp_path).get(smollm2_vocab, lists)[1] == "disk"
 
 
+def test_in_process_layer_weighs_each_artefact_by_its_blob_and_keeps_none_heavier_than_the_bound(
+        tmp_path, smollm2_vocab, lists):
+    # The weight is the encoded blob's length (known on every path without a walk over the tables).
+    compiled = ArtefactCache(None, tmp_path)
+    artefact, _ = compiled.get(smollm2_vocab, lists)
+    blob_bytes = (tmp_path / "artefacts" / f"{artefact_key(smollm2_vocab, lists)}.bin").stat().st_size
+    assert compiled.memory_bytes == blob_bytes
+    loaded = ArtefactCache(None, tmp_path)
+    assert loaded.get(smollm2_vocab, lists)[1] == "disk" and loaded.memory_bytes == blob_bytes
+    small = ArtefactCache(None, tmp_path, max_memory_bytes=blob_bytes - 1)
+    assert small.get(smollm2_vocab, lists)[1] == "disk"
+    assert small.memory_bytes == 0 and small.get(smollm2_vocab, lists)[1] == "disk"  # served, not kept
+
+
 def test_corrupted_blob_in_redis_is_recompiled(redis_url, redis_prefix, smollm2_vocab, lists):
     cache = ArtefactCache(redis_url, None, key_prefix=redis_prefix)
     cache.get(smollm2_vocab, lists)
