@@ -1,9 +1,14 @@
-"""Human-written perturbed text for ``bench/obfuscation.py``: the NoisyHate pairs, the word each pair changes,
-a mechanical classification of the change, and the JavaScript filter baselines.
+"""Human-written perturbed text for ``bench/obfuscation.py``: the NoisyHate and HateCheck pairs, the word each
+pair changes, a mechanical classification of the change, and the JavaScript filter baselines.
 
-Data: ``bench/data/noisyhate/`` (its README gives the source, commit, licence and the split): ``tune.jsonl``
+Data (``DATASETS``; each directory's README gives the source, commit, licence and the split): ``tune.jsonl``
 (rules may be derived from it; its misses are printed) and ``heldout.jsonl`` (never printed, the headline).
-Each line is ``{"clean": str, "perturbed": str, "quality_mean": float | null, "ratings": int}``.
+
+- ``bench/data/noisyhate/``: each line ``{"clean": str, "perturbed": str, "quality_mean": float | null,
+  "ratings": int}``;
+- ``bench/data/hatecheck/``: each line ``{"clean": str, "perturbed": str, "kind": str, "case_id": int,
+  "ref_case_id": int, "templ_id": int, "ref_templ_id": int}``; ``kind`` is the source's own name for the
+  perturbation (``HATECHECK_KINDS``).
 
 The JavaScript filters run through ``node bench/js_filters/check.mjs`` on modules installed by
 ``python bench/obfuscation.py --install-js-filters`` (``npm ci`` from ``bench/js_filters/package-lock.json``
@@ -26,8 +31,12 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "bench" / "data" / "noisyhate"
+DATASETS = {"noisyhate": ROOT / "bench" / "data" / "noisyhate", "hatecheck": ROOT / "bench" / "data" / "hatecheck"}
+DATA = DATASETS["noisyhate"]
 PARTS = ("tune", "heldout")
+#: HateCheck's spelling functionalities (``spell_<kind>_h``): a swapped pair of letters, a deleted letter, a
+#: deleted space, spaces between the letters of a word, leet.
+HATECHECK_KINDS = ("char_swap", "char_del", "space_del", "space_add", "leet")
 JS_DIR = ROOT / "bench" / "js_filters"
 JS_MODULES = Path(os.environ.get("GUARDRAIL_JS_FILTERS_DIR", ROOT / ".cache" / "js-filters"))
 
@@ -38,17 +47,20 @@ LOOKALIKE_PUNCT = {"!": "il", "¡": "il", "|": "il"}
 #: Separators between letters (``f.u.c.k``, ``f-u-c-k``, ``f u c k``).
 SEPARATORS = " .-"
 #: Kinds a change can have; a change has one or more. ``undoubled``: a double letter written once
-#: (``as`` for ``ass``); ``unmapped``: a non-letter in no table (``€``), aligned as any letter.
+#: (``as`` for ``ass``); ``unmapped``: a non-letter in no table (``€``), aligned as any letter; ``joined``:
+#: the space between two words left out (``Ihate``).
 KINDS = ("case", "doubled", "stretched", "undoubled", "dropped", "inserted", "substituted", "swapped", "leet",
-         "lookalike_punct", "censor", "homoglyph", "diacritic", "unmapped", "spacing", "other")
+         "lookalike_punct", "censor", "homoglyph", "diacritic", "unmapped", "spacing", "joined", "other")
 
 
 @dataclass(frozen=True)
 class Pair:
     clean: str
     perturbed: str
-    quality_mean: float | None
-    ratings: int
+    quality_mean: float | None = None
+    ratings: int = 0
+    #: The source's own name for the perturbation (HateCheck's ``HATECHECK_KINDS``); ``None`` for NoisyHate.
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,12 +73,15 @@ class Change:
     perturbed_word: str
 
 
-def load_pairs(part: str) -> list[Pair]:
-    path = DATA / f"{part}.jsonl"
+def load_pairs(part: str, dataset: str = "noisyhate") -> list[Pair]:
+    """The pairs of ``part`` (``PARTS``) of ``dataset`` (``DATASETS``). Raises ``KeyError`` for an unknown
+    dataset, ``FileNotFoundError`` for an unknown part."""
+    path = DATASETS[dataset] / f"{part}.jsonl"
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out.append(Pair(row["clean"], row["perturbed"], row.get("quality_mean"), row.get("ratings", 0)))
+        out.append(Pair(row["clean"], row["perturbed"], row.get("quality_mean"), row.get("ratings", 0),
+                        row.get("kind")))
     return out
 
 
@@ -189,8 +204,14 @@ def classify(clean_word: str, perturbed_word: str) -> list[str]:
     clean = "".join(c for c in clean_word.lower() if c.isalnum())
     if perturbed_word.lower() == clean_word.lower():
         return ["case"]
+    # Sentence punctuation at the end ("fag behaviour." -> "fagbehaviour.") is not part of the change.
+    clean_word, perturbed_word = clean_word.rstrip(".,!?;:"), perturbed_word.rstrip(".,!?;:")
     kinds: set[str] = set()
     slots = _slots(perturbed_word, kinds)
+    if len(clean_word.split()) > len(perturbed_word.split()):
+        kinds.add("joined")
+        if all(len(piece) > 1 for piece in perturbed_word.split()):
+            kinds.discard("spacing")  # the spaces left are the ones between words ("Ihate women")
     ops = _align(slots, clean)
     edits = [op for op, _, _ in ops if op not in ("match", "extra")]
     if len(edits) > 1:

@@ -13,16 +13,18 @@ Prints one JSON object. For each of the 10 settings (the 5 levels of
   brackets, line starts, markup around): per setting, the forms caught alone, and of the (form, context)
   cases whose form is caught alone, those caught in context (the floor: all), the misses per context, and
   the contexts that a clean filler word makes the setting flag (should be none);
-- **human-written perturbed text** (``human_text``; data ``bench/data/noisyhate/``, code
-  ``bench/human_text.py``): per part (``tune``: rules may be derived from it; ``heldout``: the headline,
-  never printed) and setting, of the pairs whose clean text ``off`` flags (``eligible``), the share whose
-  perturbed text the setting flags (``text_recall``) and the stricter ``word_recall`` (the perturbed word
-  itself matched), by kind of perturbation (doubled, stretched, leet, look-alike punctuation, censor,
-  dropped/swapped letter, spacing, ... classified mechanically), and, for the tune part at the default
-  setting, the missed forms with the term they stand for. Baselines in the same run: the JavaScript filters
-  ``obscenity``, ``@2toad/profanity``, ``bad-words`` and ``leo-profanity`` with their own lists, through
-  ``node`` (``--install-js-filters`` installs them once into ``.cache/js-filters``; without node or the
-  modules they are reported as skipped);
+- **human-written perturbed text** (``human_text``: NoisyHate, ``bench/data/noisyhate/``;
+  ``human_text_hatecheck``: HateCheck's hand-written spelling cases, ``bench/data/hatecheck/``, with the
+  recall also by the source's own kind of perturbation; code ``bench/human_text.py``): per part (``tune``:
+  rules may be derived from it; ``heldout``: the headline, never printed) and setting, of the pairs whose
+  clean text ``off`` flags (``eligible``), the share whose perturbed text the setting flags
+  (``text_recall``) and the stricter ``word_recall`` (the perturbed word itself matched), by kind of
+  perturbation (doubled, stretched, leet, look-alike punctuation, censor, dropped/swapped letter, spacing,
+  joined words, ... classified mechanically), and, for the tune part at the default setting, the missed
+  forms with the term they stand for. Baselines in the same run: the JavaScript filters ``obscenity``,
+  ``@2toad/profanity``, ``bad-words`` and ``leo-profanity`` with their own lists, through ``node``
+  (``--install-js-filters`` installs them once into ``.cache/js-filters``; without node or the modules they
+  are reported as skipped);
 - **new false positives** against ``off``, the baseline measured in the same run: a word is a new false
   positive at a setting when the setting flags it and ``off`` does not. Every word is scanned on its own
   (the text is the word). Corpora: wordfreq's top 50,000 English words and an English dictionary of
@@ -64,7 +66,7 @@ import os
 import platform
 import string
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -238,8 +240,8 @@ def overlaps(span: tuple[int, int], matches: list) -> list:
     return [m for m in matches if m.start < span[1] and span[0] < m.end]
 
 
-def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> dict:
-    """Recall on human-written perturbed text (``bench/human_text.py``, ``bench/data/noisyhate/``), per part
+def bench_human_text(matchers: Matchers, settings: list[str], examples: int, dataset: str = "noisyhate") -> dict:
+    """Recall on human-written perturbed text (``bench/human_text.py``, ``bench/data/<dataset>/``), per part
     (``tune``, ``heldout``) and setting, with the JavaScript filters on the same pairs.
 
     A pair is *eligible* when ``off`` flags its clean text (issue 28's measure): ``text_recall`` is the share
@@ -249,14 +251,15 @@ def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> 
     ``untouched``: the change is elsewhere, the clean text's own term is still there). Missed forms are
     listed for the tune part only, at the default setting, each with ``caught_alone`` (the form scanned on
     its own is caught: its sentence hides it) and ``common_word`` (the form is one of wordfreq's top 50,000
-    English words: catching it costs false positives); held-out texts are never printed."""
+    English words: catching it costs false positives); held-out texts are never printed. Where the source
+    names each pair's perturbation (HateCheck), ``by_source_kind`` breaks the recall down by that name."""
     off = matchers.get("en", "off")
     default = str(DEFAULT_OBFUSCATION)
     common = set(wordfreq.top_n_list("en", EN_TOP[0]))
-    out: dict = {"source": "bench/data/noisyhate (see its README)", "parts": {}}
+    out: dict = {"source": f"bench/data/{dataset} (see its README)", "parts": {}}
     prepared: dict[str, list[dict]] = {}
     for part in PARTS:
-        pairs = load_pairs(part)
+        pairs = load_pairs(part, dataset)
         eligible = []
         for pair in pairs:
             clean_hits = off.scan(pair.clean)
@@ -273,11 +276,14 @@ def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> 
         out["parts"][part] = {"pairs": len(pairs), "eligible": len(eligible),
                               "touched": sum(1 for e in eligible if e["touched"]),
                               "eligible_by_kind": count_kinds(eligible), "settings": {}}
+        if any(pair.kind for pair in pairs):
+            out["parts"][part]["pairs_by_source_kind"] = dict(sorted(Counter(p.kind for p in pairs).items()))
     for setting in settings:
         matcher = matchers.get("en", setting)
         for part, eligible in prepared.items():
             flagged, caught_word = 0, 0
             by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            by_source_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
             missed: dict[tuple[str, str], dict] = {}
             for item in eligible:
                 hits = matcher.scan(item["pair"].perturbed)
@@ -288,6 +294,9 @@ def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> 
                 for kind in item["kinds"]:
                     by_kind[kind][0] += 1
                     by_kind[kind][1] += bool(hits)
+                if item["pair"].kind:
+                    by_source_kind[item["pair"].kind][0] += 1
+                    by_source_kind[item["pair"].kind][1] += bool(hits)
                 if part == "tune" and setting == default and not hits:
                     for change, terms, kinds in item["touched"]:
                         key = (change.perturbed_word, "/".join(terms))
@@ -298,8 +307,9 @@ def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> 
             n, touched = len(eligible), sum(1 for e in eligible if e["touched"])
             result = {"text_flagged": flagged, "text_recall": round(flagged / n, 4) if n else None,
                       "word_caught": caught_word, "word_recall": round(caught_word / touched, 4) if touched else None,
-                      "by_kind": {k: {"pairs": v[0], "flagged": v[1], "recall": round(v[1] / v[0], 4)}
-                                  for k, v in sorted(by_kind.items())}}
+                      "by_kind": recall_by(by_kind)}
+            if by_source_kind:
+                result["by_source_kind"] = recall_by(by_source_kind)
             if missed:
                 ranked = sorted(missed.values(), key=lambda e: (-e["pairs"], e["terms"], e["form"]))
                 for entry in ranked:
@@ -315,6 +325,11 @@ def bench_human_text(matchers: Matchers, settings: list[str], examples: int) -> 
             out["parts"][part]["settings"][setting] = result
     out["js_filters"] = bench_js_human(prepared)
     return out
+
+
+def recall_by(counts: dict[str, list[int]]) -> dict[str, dict]:
+    """``{kind: {"pairs", "flagged", "recall"}}`` from ``{kind: [pairs, flagged]}``."""
+    return {k: {"pairs": v[0], "flagged": v[1], "recall": round(v[1] / v[0], 4)} for k, v in sorted(counts.items())}
 
 
 def count_kinds(eligible: list[dict]) -> dict[str, int]:
@@ -607,16 +622,19 @@ def headline(out: dict) -> dict:
     """The numbers the README quotes, gathered from the sections that ran."""
     default = str(DEFAULT_OBFUSCATION)
     head: dict = {"default": default}
-    if "human_text" in out:
-        for part, data in out["human_text"]["parts"].items():
-            head[f"human_{part}"] = {
+    for section, prefix in (("human_text", "human"), ("human_text_hatecheck", "hatecheck")):
+        if section not in out:
+            continue
+        for part, data in out[section]["parts"].items():
+            head[f"{prefix}_{part}"] = {
                 "eligible": data["eligible"],
                 **{f"text_recall_{s}": data["settings"][s]["text_recall"] for s in ("off", default)
                    if s in data["settings"]},
                 **{f"word_recall_{s}": data["settings"][s]["word_recall"] for s in ("off", default)
                    if s in data["settings"]}}
-        js = out["human_text"]["js_filters"]
-        head["js_filters_heldout"] = js if "skipped" in js else {
+        js = out[section]["js_filters"]
+        key = "js_filters_heldout" if prefix == "human" else f"js_filters_{prefix}_heldout"
+        head[key] = js if "skipped" in js else {
             name: {"recall": f["heldout"]["recall"], "kept_rate": f["heldout"]["kept_rate"]} if "heldout" in f else f
             for name, f in js["filters"].items()}
     if "context" in out and default in out["context"]["per_setting"]:
@@ -692,7 +710,9 @@ def main() -> None:
 
     run("cases", cases)
     run("context", lambda: out.update(context=bench_context(matchers, settings, args.examples)))
-    run("human", lambda: out.update(human_text=bench_human_text(matchers, settings, args.missed)))
+    run("human", lambda: out.update(
+        human_text=bench_human_text(matchers, settings, args.missed, "noisyhate"),
+        human_text_hatecheck=bench_human_text(matchers, settings, args.missed, "hatecheck")))
     run("fp", false_positives)
     out["matcher_build_seconds"] = matchers.build_seconds
     run("costs", lambda: out.update(costs=bench_costs(str(DEFAULT_OBFUSCATION), args.reps, args.cold_reps,

@@ -1,5 +1,6 @@
 """bench/human_text.py: the classification of human-written changes, the word alignment, the split of the
-NoisyHate data (tune never shares a sentence or a changed word with the held-out set) and the JavaScript
+NoisyHate data (tune never shares a sentence or a changed word with the held-out set) and of the HateCheck
+data (no template but the slur frames, no focus word and no slur on both sides) and the JavaScript
 baselines reported as skipped, not failed, without their modules. No held-out text is printed."""
 
 import importlib.util
@@ -43,6 +44,8 @@ human_text = _load_bench_module("human_text")
     ("fuck", "f.u.c.k", ["spacing"]),
     ("die", "di€", ["unmapped"]),
     ("fuck", "phuck", ["other"]),  # two edits
+    ("I hate women.", "Ihate women", ["joined"]),  # the space left between words is not a spaced form
+    ("whore behaviour.", "whorebehaviour.", ["joined"]),  # sentence punctuation is not part of the change
 ])
 def test_changes_are_classified_by_kind(clean, perturbed, kinds):
     assert human_text.classify(clean, perturbed) == kinds
@@ -77,6 +80,41 @@ def test_pair_files_are_one_json_object_a_line_with_the_documented_fields():
         lines = (human_text.DATA / f"{part}.jsonl").read_text(encoding="utf-8").splitlines()
         keys = {tuple(sorted(json.loads(line))) for line in lines}
         assert keys == {("clean", "perturbed", "quality_mean", "ratings")}, part
+
+
+#: HateCheck's slur frames ("Typical [SLUR_S] behaviour."): the one template on both sides, each slur on one.
+HATECHECK_SLUR_FRAMES = {126, 127, 130}
+
+
+def _hatecheck_rows(part: str) -> list[dict]:
+    path = human_text.DATASETS["hatecheck"] / f"{part}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_hatecheck_files_hold_every_spelling_case_once_with_the_documented_fields():
+    rows = {part: _hatecheck_rows(part) for part in human_text.PARTS}
+    fields = {"clean", "perturbed", "kind", "case_id", "ref_case_id", "templ_id", "ref_templ_id", "focus"}
+    for part, part_rows in rows.items():
+        assert {frozenset(row) for row in part_rows} == {frozenset(fields)}, part
+        assert {row["kind"] for row in part_rows} == set(human_text.HATECHECK_KINDS), part
+        assert all(row["clean"] != row["perturbed"] for row in part_rows), part
+        loaded = human_text.load_pairs(part, "hatecheck")
+        assert [(p.clean, p.perturbed, p.kind) for p in loaded] == \
+            [(r["clean"], r["perturbed"], r["kind"]) for r in part_rows]
+    case_ids = [row["case_id"] for part_rows in rows.values() for row in part_rows]
+    assert len(case_ids) == len(set(case_ids)) == 760  # the published suite's spelling cases, each once
+
+
+def test_hatecheck_parts_share_no_template_focus_word_or_slur():
+    tune, heldout = _hatecheck_rows("tune"), _hatecheck_rows("heldout")
+    shared_templates = ({r["ref_templ_id"] for r in tune} & {r["ref_templ_id"] for r in heldout}) \
+        - HATECHECK_SLUR_FRAMES
+    tune_words = {w for r in tune for w in r["focus"]}
+    held_words = {w for r in heldout for w in r["focus"]}
+    # One word inside another is the same word for a rule ("fuck" in "motherfucker").
+    shared_words = {(a, b) for a in tune_words for b in held_words if a in b or b in a}
+    shared_sentences = {r["clean"] for r in tune} & {r["clean"] for r in heldout}
+    assert (shared_templates, shared_words, shared_sentences) == (set(), set(), set())
 
 
 def test_js_baselines_are_skipped_without_their_modules(tmp_path, monkeypatch):
