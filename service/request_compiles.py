@@ -3,14 +3,15 @@
 A request's regex terms are compiled before it is queued (their automaton limits cannot be checked by
 parsing: docs/matching.md, "Regex terms"), and a set of them can cost seconds of CPU. So, per process:
 
-* they compile in a thread pool of their own (``GUARDRAIL_REQUEST_COMPILE_WORKERS`` threads), never on the event
-  loop (``/healthz``, ``/readyz`` and the streams keep answering) nor in the default pool the sync routes use;
+* they compile in processes of their own (``GUARDRAIL_REQUEST_COMPILE_WORKERS``, service/compile_process.py), each
+  driven by a thread of a pool of the same size: never on the event loop nor in the default pool the sync routes
+  use, and never holding the GIL the event loop needs (``/healthz``, ``/readyz`` and the streams keep answering);
 * at most ``GUARDRAIL_REQUEST_COMPILE_QUEUE`` more wait for a thread: beyond, a 503 ``compile_busy`` with
   ``Retry-After`` at once, not an unbounded queue (a wait would eat the client's time; a retry is cheap); one
   that waited longer than the time budget is not started (the same 503);
-* each compile has a budget: ``GUARDRAIL_REQUEST_COMPILE_TIME_S`` seconds of its thread and
-  ``GUARDRAIL_REQUEST_COMPILE_MAX_STATES`` automaton states, enforced inside the construction (a thread cannot
-  be killed: the automaton checks its deadline as it adds states), and at most
+* each compile has a budget: ``GUARDRAIL_REQUEST_COMPILE_TIME_S`` seconds of its process and
+  ``GUARDRAIL_REQUEST_COMPILE_MAX_STATES`` automaton states, enforced inside the construction (the automaton
+  checks its deadline as it adds states), and at most
   ``GUARDRAIL_MAX_REQUEST_REGEX_TERMS`` regex terms; beyond, a 400 naming the field and the limit;
 * a refused set is answered from memory for ``GUARDRAIL_COMPILE_REFUSAL_TTL_S`` (the same 400, no compile), so a
   client that retries the same request costs nothing.
@@ -19,19 +20,24 @@ parsing: docs/matching.md, "Regex terms"), and a set of them can cost seconds of
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from cachetools import TTLCache
 
-from guardrail.matching.regex.automaton import CompileBudgetExceeded
+from guardrail.matching.regex.automaton import AUTOMATA, cached_automata
 from guardrail.wordlists.wordlist import Term, WordList, WordListError, wordlist_from_terms
+from service.compile_process import check_in_process, start_pool
 from service.errors import ApiError
 from service.metrics import ServiceMetrics
 from service.schemas.terms import TermItem, to_terms
 from service.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: The name of the list that carries a request's own terms (``banned_terms``).
 REQUEST_LIST = "request"
@@ -48,7 +54,10 @@ class RequestCompiler:
     def __init__(self, settings: Settings, metrics: ServiceMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
+        # Each thread drives one compile process and waits on it (the admission bound counts threads).
         self._pool = ThreadPoolExecutor(settings.request_compile_workers, thread_name_prefix="guardrail-compile")
+        self._processes = start_pool(settings.request_compile_workers)
+        self._processes_lock = threading.Lock()
         self._admitted = 0  # compiling or waiting for a thread; guarded by _lock
         self._lock = threading.Lock()
         # Refused term sets -> (the 400, its weight in bytes); bounded by bytes of term text, kept for a TTL.
@@ -64,8 +73,9 @@ class RequestCompiler:
             return int(self._refused.currsize)
 
     def close(self) -> None:
-        """Stop the pool (running compiles end at their deadline)."""
+        """Stop the pools (running compiles end at their deadline; the processes are stopped)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._processes.shutdown(wait=False, cancel_futures=True)
 
     async def request_list(self, terms: Sequence[TermItem], param: str) -> WordList | None:
         """The request's terms as a list named ``request`` (None without terms), their regex terms compiled
@@ -128,17 +138,10 @@ class RequestCompiler:
             self._admitted -= 1
 
     def _compile(self, terms: list[str | Term], param: str, admitted: float) -> WordList:
-        """Parse and compile (on a compile thread). The time budget starts here, not while waiting; a compile
-        that waited longer than the budget is not started (503 ``compile_busy``): so every admitted request is
-        answered within about twice the budget, and never a 400 for the server's own backlog."""
-        started = time.monotonic()
-        if started - admitted > self.settings.request_compile_time_s:
-            self.metrics.request_compiles.labels("busy").inc()
-            raise ApiError(503, "the request-term compile threads were busy for longer than the compile budget; "
-                           "retry shortly (GUARDRAIL_REQUEST_COMPILE_WORKERS, GUARDRAIL_REQUEST_COMPILE_QUEUE)",
-                           param=param, code="compile_busy",
-                           headers={"Retry-After": str(self.settings.retry_after_s)})
-        deadline = started + self.settings.request_compile_time_s
+        """Parse (on a compile thread) and compile the regex terms (in a compile process). The time budget starts
+        when the process starts on them, not while waiting; a compile that waited longer than the budget is not
+        started (503 ``compile_busy``): so every admitted request is answered within about twice the budget, and
+        never a 400 for the server's own backlog."""
         try:
             wordlist = wordlist_from_terms(terms, name=REQUEST_LIST)
         except WordListError as exc:
@@ -148,21 +151,50 @@ class RequestCompiler:
         if regexes > cap:
             raise ApiError(413, f"{regexes} regex request terms exceed the limit of {cap} "
                            "(GUARDRAIL_MAX_REQUEST_REGEX_TERMS)", param=param, code="too_many_regex_terms")
+        max_states = self.settings.request_compile_max_states
         try:
-            check_compiles(wordlist, terms, param, self.settings.request_compile_max_states, deadline,
-                           limit_name="GUARDRAIL_REQUEST_COMPILE_MAX_STATES")
-        except CompileBudgetExceeded:
-            raise ApiError(400, f"the {regexes} regex terms did not compile within the compile budget of "
-                           f"{self.settings.request_compile_time_s:g} s (GUARDRAIL_REQUEST_COMPILE_TIME_S): use fewer "
-                           "or narrower patterns", param=param, code="compile_budget_exceeded") from None
+            if regexes and not cached_automata(wordlist, max_states):
+                self._check_in_process(wordlist, terms, param, admitted)
+        except WordListError as exc:
+            raise invalid_term(exc, param) from None
         self.metrics.request_compiles.labels("ok").inc()
         return wordlist
+
+    def _check_in_process(self, wordlist: WordList, terms: list[str | Term], param: str, admitted: float) -> None:
+        """Compile in a compile process and keep its automata; raise the request's error otherwise."""
+        budget = self.settings.request_compile_time_s
+        try:
+            checked = self._processes.submit(check_in_process, wordlist, self.settings.request_compile_max_states,
+                                             admitted, budget).result()
+        except BrokenProcessPool:  # a compile process died (killed for memory, say): start new ones
+            log.error("a request-term compile process died; starting new ones")
+            with self._processes_lock:
+                self._processes.shutdown(wait=False, cancel_futures=True)
+                self._processes = start_pool(self.settings.request_compile_workers)
+            raise ApiError(503, "a request-term compile process stopped; retry shortly", param=param,
+                           code="compile_busy", headers={"Retry-After": str(self.settings.retry_after_s)}) from None
+        if checked.outcome == "late":
+            self.metrics.request_compiles.labels("busy").inc()
+            raise ApiError(503, "the request-term compile threads were busy for longer than the compile budget; "
+                           "retry shortly (GUARDRAIL_REQUEST_COMPILE_WORKERS, GUARDRAIL_REQUEST_COMPILE_QUEUE)",
+                           param=param, code="compile_busy",
+                           headers={"Retry-After": str(self.settings.retry_after_s)})
+        if checked.outcome == "over_time":
+            regexes = sum(1 for term in wordlist.terms if term.regex)
+            raise ApiError(400, f"the {regexes} regex terms did not compile within the compile budget of "
+                           f"{budget:g} s (GUARDRAIL_REQUEST_COMPILE_TIME_S): use fewer "
+                           "or narrower patterns", param=param, code="compile_budget_exceeded")
+        if checked.outcome == "invalid":
+            raise as_request_error(checked.error(), wordlist, terms, param, self.settings.request_compile_max_states,
+                                   "GUARDRAIL_REQUEST_COMPILE_MAX_STATES")
+        for key, automaton in checked.automata:  # the request's artefact reads them on its worker thread
+            AUTOMATA.put(key, automaton)
 
 
 def check_compiles(wordlist: WordList, items: Sequence[str | Term], param: str, max_states: int,
                    deadline: float | None = None, limit_name: str | None = None) -> None:
     """Check that the regex terms of ``wordlist`` (built from ``items``) compile within ``max_states``
-    automaton nodes, which parsing alone cannot tell (docs/matching.md, "Regex terms").
+    automaton nodes, which parsing alone cannot tell (docs/matching.md, "Regex terms"), in this thread.
 
     Args:
         deadline: ``time.monotonic()`` past which the compile stops (None: no limit).
@@ -180,14 +212,21 @@ def check_compiles(wordlist: WordList, items: Sequence[str | Term], param: str, 
     try:
         check_regex_terms(wordlist, max_states, deadline=deadline)
     except WordListError as exc:
-        if exc.line is not None:  # a line of the deduplicated list: find the request item it came from
-            term = wordlist.terms[exc.line - 1]
-            index = next(i for i, item in enumerate(items, start=1) if wordlist_from_terms([item]).terms[0] == term)
-            exc = WordListError(exc.reason, exc.source, index)
-        error = invalid_term(exc, param)
-        if limit_name is not None and "automaton states" in error.message:
-            error.message += f" (limit: {max_states} states, {limit_name})"
-        raise error from None
+        raise as_request_error(exc, wordlist, items, param, max_states, limit_name) from None
+
+
+def as_request_error(exc: WordListError, wordlist: WordList, items: Sequence[str | Term], param: str,
+                     max_states: int, limit_name: str | None) -> ApiError:
+    """The 400 of a :func:`~guardrail.matching.regex.automaton.check_regex_terms` refusal of ``wordlist`` (built
+    from ``items``): ``param.<index>`` names the request item the term at fault came from."""
+    if exc.line is not None:  # a line of the deduplicated list: find the request item it came from
+        term = wordlist.terms[exc.line - 1]
+        index = next(i for i, item in enumerate(items, start=1) if wordlist_from_terms([item]).terms[0] == term)
+        exc = WordListError(exc.reason, exc.source, index)
+    error = invalid_term(exc, param)
+    if limit_name is not None and "automaton states" in error.message:
+        error.message += f" (limit: {max_states} states, {limit_name})"
+    return error
 
 
 def invalid_term(exc: WordListError, param: str) -> ApiError:

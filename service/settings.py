@@ -196,13 +196,13 @@ class Settings(BaseSettings):
         100, ge=0, description="Regex terms (re:...) among a request's own terms (413 beyond): each may cost "
         "thousands of automaton states to compile.")
     request_compile_workers: int = Field(
-        2, ge=1, description="Threads that compile requests' own terms (a pool of their own, never the event loop "
-        "nor the default thread pool).")
+        2, ge=1, description="Processes that compile requests' own terms (a pool of their own, never the event "
+        "loop, its GIL nor the default thread pool; ~30 MB each).")
     request_compile_queue: int = Field(
-        8, ge=0, description="Request compiles that may wait for a compile thread; beyond, 503 compile_busy at once "
+        8, ge=0, description="Request compiles that may wait for a compile process; beyond, 503 compile_busy at once "
         "(with Retry-After) instead of an unbounded queue.")
     request_compile_time_s: float = Field(
-        1.0, gt=0, description="Compile budget of one request's own terms, seconds of compile thread time (its "
+        1.0, gt=0, description="Compile budget of one request's own terms, seconds of compile process time (its "
         "wait for a thread not counted): a 400 naming the field beyond.")
     request_compile_max_states: int = Field(
         MAX_REQUEST_REGEX_DFA_STATES, ge=1, le=MAX_REQUEST_REGEX_DFA_STATES,

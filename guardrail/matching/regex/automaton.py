@@ -487,7 +487,7 @@ def _build(specs: Sequence[TermSpec], case_sensitive: bool, max_states: int,
         _TooLarge: with the index of a term over a limit on its own, or None when only a set of terms together is.
         CompileBudgetExceeded: past ``deadline``, the culprit search included.
     """
-    patterns = [(spec.normalized, spec.match) for spec in specs]
+    patterns = list(stream_key(specs, case_sensitive)[0])
     try:
         return _cached(tuple(patterns), case_sensitive, max_states, deadline)
     except CompileBudgetExceeded:
@@ -509,17 +509,14 @@ def _build(specs: Sequence[TermSpec], case_sensitive: bool, max_states: int,
     raise _TooLarge(failing[0], reason)
 
 
-def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES, source: str = "<request>",
-                      deadline: float | None = None) -> None:
-    """Check that ``wordlist``'s regex terms compile: their rewrite over normalised text and the automaton
-    limits, which parsing cannot check. The service calls it before it stores a list or queues a request
-    (the automata are then in the LRU :func:`compile_regex_stream` reads).
+def regex_streams(wordlist: WordList, source: str = "<request>") -> list[tuple[bool, list[TermSpec], list[int]]]:
+    """The regex terms of ``wordlist`` by case mode: ``(case_sensitive, specs, lines)`` for each mode that has
+    any, ``lines`` the 1-based index in ``wordlist.terms`` of each spec's term.
 
     Raises:
-        WordListError: from ``source``, with ``line`` = the 1-based index in ``wordlist.terms`` of the term
-            at fault (``None`` when only the terms of one case mode together are too large).
-        CompileBudgetExceeded: past ``deadline`` (``time.monotonic()``; None: no limit).
+        WordListError: from ``source``, with the ``line`` of a term whose rewrite fails.
     """
+    streams = []
     for case_sensitive in (False, True):
         specs: list[TermSpec] = []
         lines: list[int] = []
@@ -531,10 +528,51 @@ def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES
                     raise WordListError(exc.reason, source, line) from None
                 lines.append(line)
         if specs:
-            try:
-                _build(specs, case_sensitive, max_states, deadline)
-            except _TooLarge as exc:
-                if exc.index is None:
-                    raise WordListError(f"the {len(specs)} regex terms together: {exc.reason}", source) from None
-                spec = specs[exc.index]
-                raise WordListError(f"term {spec.text!r}: {exc.reason}", source, lines[exc.index]) from None
+            streams.append((case_sensitive, specs, lines))
+    return streams
+
+
+def stream_key(specs: Sequence[TermSpec], case_sensitive: bool) -> tuple:
+    """The key of the automaton of ``specs`` in :data:`AUTOMATA`."""
+    return tuple((spec.normalized, spec.match) for spec in specs), case_sensitive
+
+
+def cached_automata(wordlist: WordList, max_states: int) -> bool:
+    """Whether every regex stream of ``wordlist`` is already in :data:`AUTOMATA` within ``max_states`` nodes
+    (then :func:`check_regex_terms` would build nothing).
+
+    Raises:
+        WordListError: as :func:`regex_streams`.
+    """
+    for case_sensitive, specs, _ in regex_streams(wordlist):
+        found = AUTOMATA.get(stream_key(specs, case_sensitive))
+        if found is None or found.num_nodes > max_states:
+            return False
+    return True
+
+
+def check_regex_terms(wordlist: WordList, max_states: int = MAX_REGEX_DFA_STATES, source: str = "<request>",
+                      deadline: float | None = None) -> list[tuple[tuple, RegexAutomaton]]:
+    """Check that ``wordlist``'s regex terms compile: their rewrite over normalised text and the automaton
+    limits, which parsing cannot check. The service calls it before it stores a list or queues a request
+    (the automata are then in the LRU :func:`compile_regex_stream` reads).
+
+    Returns:
+        ``(key, automaton)`` of each case mode's stream (the :data:`AUTOMATA` entries, for a caller that built
+        them in another process: service/compile_process.py).
+
+    Raises:
+        WordListError: from ``source``, with ``line`` = the 1-based index in ``wordlist.terms`` of the term
+            at fault (``None`` when only the terms of one case mode together are too large).
+        CompileBudgetExceeded: past ``deadline`` (``time.monotonic()``; None: no limit).
+    """
+    built = []
+    for case_sensitive, specs, lines in regex_streams(wordlist, source):
+        try:
+            built.append((stream_key(specs, case_sensitive), _build(specs, case_sensitive, max_states, deadline)))
+        except _TooLarge as exc:
+            if exc.index is None:
+                raise WordListError(f"the {len(specs)} regex terms together: {exc.reason}", source) from None
+            spec = specs[exc.index]
+            raise WordListError(f"term {spec.text!r}: {exc.reason}", source, lines[exc.index]) from None
+    return built
