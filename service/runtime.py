@@ -118,7 +118,8 @@ class Runtime:
         threads = max(settings.max_concurrent, self.engine.capacity)
         self.worker = GenerationWorker(self._stream, metrics, threads, settings.max_queue, settings.retry_after_s)
         # Shared by the worker threads (SizedLRU takes its own lock), bounded by bytes.
-        self._text_matchers: SizedLRU[tuple[object, ...], TextMatcher] = SizedLRU(settings.text_matcher_cache_bytes)
+        self._text_matchers: SizedLRU[tuple[object, ...], TextMatcher] = SizedLRU(
+            settings.text_matcher_cache_bytes, TextMatcher.approx_bytes)
         # A request's own terms compile in a pool of their own, within a budget (service/request_compiles.py).
         self.compiler = RequestCompiler(settings, metrics)
         ESCALATION_ARTEFACTS.resize(settings.escalation_cache_bytes)

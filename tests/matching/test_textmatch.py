@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail.matching.normalize import normalize_term, normalize_with_offsets
 from guardrail.matching.textmatch import TextMatcher
-from guardrail.wordlists.wordlist import MatchMode, Term, WordList, wordlist_from_terms
+from guardrail.sized_cache import deep_sizeof
+from guardrail.wordlists.wordlist import MatchMode, Term, WordList, bundled_wordlist, wordlist_from_terms
 
 ALPHABET = "abcé ß-\n\tAB牛奶\u200b\u00a0ﬁ"
 
@@ -85,3 +87,10 @@ def test_spans_index_the_original_text():
     text = "Well, ＦＵＣＫ   YOU."
     (match,) = TextMatcher([wordlist_from_terms(["fuck you"])]).scan(text)
     assert text[match.start:match.end] == "ＦＵＣＫ   YOU"
+
+
+@pytest.mark.parametrize("names", [("en",), ("en", "de")])
+def test_the_size_estimate_the_service_caches_by_is_within_a_factor_of_two_of_a_full_walk(names):
+    matcher = TextMatcher([bundled_wordlist(name) for name in names])
+    walked = deep_sizeof(matcher)
+    assert walked / 2 <= matcher.approx_bytes() <= walked * 2
