@@ -29,13 +29,14 @@ from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compi
 from guardrail.matching.obfuscation.nfa import ObfuscatedTerm, ObfuscationNfa
 from guardrail.matching.regex.automaton import MAX_REGEX_DFA_STATES, RegexAutomaton, compile_regex_stream
 from guardrail.matching.regex.tokens import inside_candidates
+from guardrail.matching.root_sweep import sweep_automaton
 from guardrail.matching.term_spec import AllowSpec, TermSpec
 from guardrail.matching.token_text import TokenTextIndex, token_set
 from guardrail.matching.vocab import TokenVocab
 from guardrail.wordlists.wordlist import MatchMode
 
 __all__ = ["LAZY_REGEX_ALWAYS_BANNED_CANDIDATES", "ArtefactTable", "RootSweep", "Step", "StreamAutomaton",
-           "decode_utf8"]
+           "decode_utf8", "root_texts"]
 
 #: A stream of the artefact: the plain terms of one case mode (Aho–Corasick over symbols with boundaries) or
 #: its regex terms (a DFA over normalised characters). Both have ``feed``, ``finish``, ``fresh``,
@@ -106,6 +107,29 @@ def decode_utf8(pending: bytes, data: bytes, final: bool = False) -> tuple[str, 
     if not final and text and holds_for_composition(text[-1]):
         text, rest = text[:-1], text[-1].encode("utf-8") + rest
     return text, rest
+
+
+def root_texts(token_bytes: Sequence[bytes]) -> tuple[list[str], np.ndarray]:
+    """Each token's text as the artefact's incremental decoder reads it from the text start
+    (:func:`decode_utf8`: invalid bytes as U+FFFD; an unfinished trailing
+    UTF-8 character, and a last character that may still compose with the next, held back).
+
+    Returns:
+        ``(texts, pending)``: the decoded texts, and ``uint8[len(token_bytes)]`` the bytes held back per token.
+    """
+    texts: list[str] = []
+    pending = np.zeros(len(token_bytes), dtype=np.uint8)
+    for token_id, data in enumerate(token_bytes):
+        try:
+            text = data.decode("utf-8")
+            if text and holds_for_composition(text[-1]):
+                text, rest = decode_utf8(b"", data)
+                pending[token_id] = len(rest)
+        except UnicodeDecodeError:
+            text, rest = decode_utf8(b"", data)
+            pending[token_id] = len(rest)
+        texts.append(text)
+    return texts, pending
 
 
 def _decode(data: bytes, final: bool) -> tuple[str, bytes]:
@@ -309,50 +333,43 @@ class ArtefactTable:
 
 
     def sweep_root(self) -> RootSweep:
-        """Compute the transitions of every token from the text start (the compiler's main cost)."""
+        """Compute the transitions of every token from the text start (the compiler's main cost).
+
+        A plain stream reads the whole vocab at once (:func:`~guardrail.matching.root_sweep.sweep_automaton`,
+        exact: the tokens it cannot read in bulk are fed one by one); a regex stream feeds each token."""
         num_streams = len(self.automata)
-        node: list[list[int]] = [[] for _ in range(num_streams)]
-        symbols: list[list[int]] = [[] for _ in range(num_streams)]
-        flags: list[list[int]] = [[] for _ in range(num_streams)]
-        pending_bytes: list[int] = []
-        hitting: list[int] = []
-        # Obfuscation streams are not swept: their view's state depends on what came before, so their root
-        # transitions are never exact (computed on first use) and no token is always banned by them.
-        swept = [s for s in range(num_streams) if s not in self.viewed]
-        feeds = [self.automata[s].feed for s in swept]
-        starts = [self.automata[s].fresh(False) for s in swept]
-        local: list[tuple[int, int]] = []
-        for token_id, data in enumerate(self.vocab.token_bytes):
-            try:
-                text, rest = data.decode("utf-8"), b""
-                if text and holds_for_composition(text[-1]):
-                    text, rest = decode_utf8(b"", data)
-            except UnicodeDecodeError:
-                text, rest = decode_utf8(b"", data)
-            pending_bytes.append(len(rest))
-            any_hit = False
-            for stream, feed, start in zip(swept, feeds, starts):
+        texts, pending_bytes = root_texts(self.vocab.token_bytes)
+        shape = (num_streams, len(texts))
+        # An obfuscation stream's rows stay 0 (never exact): it is not swept, since its view's state depends on
+        # what came before, so its root transitions are computed on first use and no token is always banned by it.
+        node = np.zeros(shape, dtype=np.int32)
+        symbols = np.zeros(shape, dtype=np.int32)
+        flags = np.zeros(shape, dtype=np.uint8)
+        hitting = np.zeros(len(texts), dtype=bool)
+        for stream, automaton in enumerate(self.automata):
+            if stream in self.viewed:
+                continue
+            if isinstance(automaton, Automaton):
+                read = sweep_automaton(automaton, texts)
+                node[stream], symbols[stream], flags[stream] = read.node, read.symbols, read.flags
+                hitting |= read.hit
+                continue
+            feed, start = automaton.feed, automaton.fresh(False)
+            local: list[tuple[int, int]] = []
+            nodes: list[int] = []
+            counts: list[int] = []
+            bits: list[int] = []
+            for token_id, text in enumerate(texts):
                 state, count = feed(start, text, local)
-                node[stream].append(state.node)
-                symbols[stream].append(count)
-                exact = not local and not state.pending
-                flags[stream].append(state.prev_word | (state.prev_space << 1) | (exact << 2))
+                nodes.append(state.node)
+                counts.append(count)
+                bits.append(state.prev_word | (state.prev_space << 1) | ((not local and not state.pending) << 2))
                 if local:
-                    any_hit = True
+                    hitting[token_id] = True
                     local.clear()
-            if any_hit:
-                hitting.append(token_id)
-        always = [t for t in hitting if self.hits_from_any_state(t)]
-        shape = (num_streams, len(pending_bytes))
-
-        def rows(per_stream: list[list[int]], dtype: type) -> np.ndarray:
-            out: np.ndarray = np.zeros(shape, dtype=dtype)  # an obfuscation stream's row stays 0: never exact
-            for s in swept:
-                out[s] = per_stream[s]
-            return out
-
-        return RootSweep(rows(node, np.int32), rows(symbols, np.int32), rows(flags, np.uint8),
-                         np.asarray(pending_bytes, dtype=np.uint8), np.asarray(always, dtype=np.int64))
+            node[stream], symbols[stream], flags[stream] = nodes, counts, bits
+        always = [t for t in np.flatnonzero(hitting).tolist() if self.hits_from_any_state(t)]
+        return RootSweep(node, symbols, flags, pending_bytes, np.asarray(always, dtype=np.int64))
 
     def hits_from_any_state(self, token_id: int) -> bool:
         """Whether the token's own bytes complete a term whatever precedes it.

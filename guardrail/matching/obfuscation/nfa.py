@@ -41,6 +41,7 @@ import array
 import contextlib
 import functools
 import gc
+import itertools
 import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -235,15 +236,20 @@ class ObfuscationNfa(Nfa):
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The NFA as flat ``int32`` arrays (what the artefact codec stores: rebuilding the NFA of a list from
         its terms costs ~0.2 s, reading these a few ms)."""
-        moves = [move for state_moves in self.moves for move in state_moves]
+        # Flattened by iterators into ``fromiter`` (no list of ~100k tuples for ``asarray`` to walk: 4x faster).
+        chain = itertools.chain.from_iterable
+        counts = np.fromiter(map(len, self.moves), dtype=np.int32, count=len(self.moves))
+        move_offsets = np.zeros(len(self.moves) + 1, dtype=np.int32)
+        np.cumsum(counts, out=move_offsets[1:])
+        moves = np.fromiter(chain(chain(self.moves)), dtype=np.int32, count=2 * int(move_offsets[-1]))
         ranges = [r for charset in self.charsets for r in charset.ranges]
         return {
-            "consumes": np.asarray(self.consumes, dtype=np.int32),
-            "target": np.asarray(self.target, dtype=np.int32),
-            "accepts": np.asarray(self.accepts, dtype=np.int32),
+            "consumes": np.fromiter(self.consumes, dtype=np.int32, count=len(self.consumes)),
+            "target": np.fromiter(self.target, dtype=np.int32, count=len(self.target)),
+            "accepts": np.fromiter(self.accepts, dtype=np.int32, count=len(self.accepts)),
             "starts": np.asarray(self.starts, dtype=np.int32),
-            "move_offsets": np.cumsum([0] + [len(m) for m in self.moves], dtype=np.int32),
-            "moves": np.asarray(moves, dtype=np.int32).reshape(-1, 2),
+            "move_offsets": move_offsets,
+            "moves": moves.reshape(-1, 2),
             "charset_offsets": np.cumsum([0] + [len(c.ranges) for c in self.charsets], dtype=np.int32),
             "ranges": np.asarray(ranges, dtype=np.int32).reshape(-1, 2),
             "uncounted": np.asarray(self.uncounted.ranges, dtype=np.int32).reshape(-1, 2),
