@@ -22,7 +22,14 @@ an inline ``%json`` per tool, :data:`TOOLS`) for a named choice, ``required`` ov
 strict tools (text first, then the call), on a call of ``create_contact`` (:data:`PERSON`'s arguments):
 ``compile_ms``, ``mask_us_p50`` / ``mask_us_p99`` over every position, and ``per_token_us_p50``: what the
 decoder's ``GrammarState.apply`` costs per generated token (consume the kept token, compute the mask, add it to a
-``(1, vocab)`` row), i.e. what the grammar adds to each token (issue 30's floor: <= 50 us p50).
+``(1, vocab)`` row), i.e. what the grammar adds to each token masking first; and beside it ``check_first``, what
+the decoder does by default (``GrammarState.pick``: the forced token where the grammar forces one, else the pick
+checked against the grammar, masked only on a refusal): ``per_token_us_p50``, the grammar's own work per token
+(``GrammarState.pick`` less the time inside its picker calls; the row's argmax is the answer's token: the model
+agrees), ``refused_per_token_us_p50`` the same where the argmax is an id the grammar forbids (free positions only;
+the second pick counted), ``plain_pick_us_p50`` one ``TokenPicker.pick`` (what a forced token saves),
+``picks_last_rep`` how the picks were decided, and ``ratio_to_mask_first``. Issue 30's floor: the grammar adds
+<= 50 us p50 per token.
 
 xgrammar is not a dependency of guardrail (vLLM's environment has it): install it to compare,
 ``pip install -c constraints-vllm.txt xgrammar``; without it its rows say ``skipped``.
@@ -49,11 +56,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from guardrail.engines.transformers.sampling import BanMask  # noqa: E402
+from guardrail.engines.transformers.sampling import BanMask, TokenPicker  # noqa: E402
 from guardrail.grammar.matcher import unpack_bitmask  # noqa: E402
 from guardrail.matching.cache import ArtefactCache  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
 from guardrail.models import load_tokenizer  # noqa: E402
+from guardrail.params import SamplingParams  # noqa: E402
 from guardrail.wordlists.wordlist import bundled_wordlist  # noqa: E402
 from service.tool_grammar import ToolSpec, tool_grammar  # noqa: E402
 
@@ -219,12 +227,23 @@ def bench_tool_calls(tokenizer, reps: int) -> dict:
     row = torch.zeros((1, len(tokenizer)), dtype=torch.float32)
     person = json.dumps(CASES[2][2], separators=SEPARATORS, ensure_ascii=False)
     call = '<tool_call>\n{"name": "create_contact", "arguments": ' + person + "}\n</tool_call>"
+    picker = TokenPicker(SamplingParams(temperature=0))
+    # An id the tool call forbids (a control byte; auto's text before it allows it), the refused rows' argmax.
+    forbidden = next(t for t, b in enumerate(vocab.token_bytes) if b == b"\x01")
+    inside: list[float] = []  # seconds spent in each picker call of one GrammarState.pick
+
+    def timed_pick(scores: torch.Tensor) -> int | None:
+        t = time.perf_counter()
+        token = picker.pick(scores)
+        inside.append(time.perf_counter() - t)
+        return token
+
     out: dict = {}
     for label, mode, text in (("named", "named", call), ("required", "required", call),
                               ("auto_strict", "auto", "Let me add this contact for you.\n" + call)):
         spec = tool_grammar("hermes", TOOLS, mode, "create_contact")
         tokens = tokenizer.encode(text, add_special_tokens=False)
-        compile_ms, mask_us, token_us = [], [], []
+        compile_ms, mask_us, token_us, pick_us, check_us, refused_us = [], [], [], [], [], []
         for _ in range(reps):
             t = time.perf_counter()
             grammar = LLMatcher.grammar_from_lark(spec.schema)
@@ -237,7 +256,8 @@ def bench_tool_calls(tokenizer, reps: int) -> dict:
                 engine.fill(matcher, bitmask)
                 mask_us.append((time.perf_counter() - t) * 1e6)
                 engine.advance(matcher, token)
-            # What the decoder does per token (GrammarState.apply: consume the kept token, mask, add the mask).
+            # What the decoder does per token masking first (GrammarState.apply: consume the kept token, mask, add
+            # the mask; the pick after it costs what it costs without a grammar).
             state = GrammarState(spec, tokenizer, vocab, [tokenizer.eos_token_id], row.shape[1])
             for position in range(len(tokens) + 1):
                 row.zero_()
@@ -245,9 +265,44 @@ def bench_tool_calls(tokenizer, reps: int) -> dict:
                 state.apply(row, tokens[:position])
                 token_us.append((time.perf_counter() - t) * 1e6)
                 assert position == len(tokens) or not torch.isinf(row[0, tokens[position]])
+            # Checking the pick first (GrammarState.pick), the answer's token the row's argmax (the model agrees):
+            # the grammar's own work, the time inside the picker left out (at a forced token it picks nothing).
+            state = GrammarState(spec, tokenizer, vocab, [tokenizer.eos_token_id], row.shape[1])
+            for position in range(len(tokens)):
+                row.zero_()
+                row[0, tokens[position]] = 1.0
+                inside.clear()
+                t = time.perf_counter()
+                got = state.pick(row, tokens[:position], timed_pick)
+                elapsed = time.perf_counter() - t
+                assert got == tokens[position], (label, position)
+                check_us.append((elapsed - sum(inside)) * 1e6)
+                pick_us.extend(x * 1e6 for x in inside)
+            picks = dict(state.picks)
+            # The model disagrees: the row's argmax is an id the grammar forbids (where nothing is forced: masked
+            # and picked again); the first pick left out, the second counted (the grammar caused it).
+            state = GrammarState(spec, tokenizer, vocab, [tokenizer.eos_token_id], row.shape[1])
+            for position in range(len(tokens)):
+                state.sync(tokens[:position])
+                if state.forced() is not None or state.allows(forbidden):  # auto's text takes any byte
+                    continue
+                row.zero_()
+                row[0, forbidden] = 2.0
+                row[0, tokens[position]] = 1.0
+                inside.clear()
+                t = time.perf_counter()
+                got = state.pick(row, tokens[:position], timed_pick)
+                refused_us.append((time.perf_counter() - t - inside[0]) * 1e6)
+                assert got == tokens[position], (label, position)
+        added = _pct(check_us, 0.5)
         out[label] = {"answer_tokens": len(tokens), "compile_ms": round(statistics.median(compile_ms), 3),
                       "mask_us_p50": _pct(mask_us, 0.5), "mask_us_p99": _pct(mask_us, 0.99),
-                      "per_token_us_p50": _pct(token_us, 0.5), "per_token_us_p99": _pct(token_us, 0.99)}
+                      "per_token_us_p50": _pct(token_us, 0.5), "per_token_us_p99": _pct(token_us, 0.99),
+                      "check_first": {"per_token_us_p50": added, "per_token_us_p99": _pct(check_us, 0.99),
+                                      "plain_pick_us_p50": _pct(pick_us, 0.5),
+                                      "refused_per_token_us_p50": _pct(refused_us, 0.5),
+                                      "picks_last_rep": picks,
+                                      "ratio_to_mask_first": round(added / _pct(token_us, 0.5), 3)}}
     return out
 
 

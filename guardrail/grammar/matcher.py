@@ -5,7 +5,10 @@ chosen over xgrammar by bench/grammar.py (docs/benchmarks.md, "Grammar engines")
 
 One :class:`GrammarState` per request. The decode step masks, in this order (the transformers engine,
 :meth:`guardrail.engines.transformers.decoder.Generation._scores`): the guard's always-banned ids and the
-bans of the position, then :meth:`GrammarState.apply` — what the grammar forbids after the kept tokens. The
+bans of the position, then the grammar after the kept tokens — checked on the pick first
+(:meth:`GrammarState.pick`: the forced token where the grammar forces one, else the pick over the unmasked scores
+if the grammar takes it, else :meth:`GrammarState.mask` and pick again), or masked first
+(:meth:`GrammarState.apply`) where a truncating warper (top-k, top-p, min-p) follows. The
 grammar state is not driven by the engine's verdict handlers but *synchronised* to the session's kept
 tokens before each mask (:meth:`GrammarState.sync`): when the guard rolls back ``k`` tokens the matcher
 rolls back ``k`` tokens, whatever caused it (a hit, an end-of-text word, a stop-string probe), and a
@@ -22,8 +25,9 @@ End of text: the request's end ids (EOS, ``stop_token_ids``) are allowed exactly
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +45,7 @@ JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": JSON_LAYOUT["whitespa
                                     "item_separator": JSON_LAYOUT["item_separator"],
                                     "key_separator": JSON_LAYOUT["key_separator"]}
 
+_UNKNOWN = -1  # GrammarState._forced before it is computed for the current state
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
 #: Bytes of validated grammars kept (``GUARDRAIL_GRAMMAR_CACHE_BYTES`` in the service): a grammar embeds its
 #: schema, so 256 of a schema padded to 4 MB would be 1 GB; weighed by the key's and the grammar's text.
@@ -167,6 +172,11 @@ class GrammarState:
         grammar = compile_grammar(spec, lltokenizer, vocab.fingerprint)
         self.spec = spec
         self.matcher = LLMatcher(lltokenizer, grammar)
+        # llguidance's mask is the single fast-forward token wherever bytes are forced, unless the grammar turns
+        # forcing off (``%llguidance {"no_forcing": true}``): then :meth:`forced` is never trusted (conservative:
+        # the words anywhere in the grammar's text are enough).
+        self._forcing = "no_forcing" not in grammar
+        self._vocab_size = int(lltokenizer.vocab_size)
         if self.matcher.is_error():
             raise ValueError(f"{FIELD}: invalid JSON schema: {self.matcher.get_error()}")
         self.num_logits = num_logits
@@ -176,7 +186,17 @@ class GrammarState:
         self._end_ids = np.array(sorted(t for t in end_ids if 0 <= t < num_logits), dtype=np.int64)
         self._other_eos = np.array(sorted(t for t in own_eos - set(self._end_ids.tolist()) if 0 <= t < num_logits),
                                    dtype=np.int64)
+        self._end_set = frozenset(self._end_ids.tolist())
+        self._other_eos_set = frozenset(self._other_eos.tolist())
         self._tokens: list[int] = []  # what the matcher consumed
+        # Per state (reset by _stale): the bitmask is computed; the forced token (_UNKNOWN, None or an id); whether
+        # bytes are forced (llguidance's ``compute_ff_bytes``, None until asked).
+        self._mask_ready = False
+        self._forced: int | None = _UNKNOWN
+        self._ff_bytes: bool | None = None
+        #: How :meth:`pick` decided, counted over the request: ``forced``, ``accepted`` (the pick over the
+        #: unmasked scores), ``refused`` (masked and picked again).
+        self.picks = {"forced": 0, "accepted": 0, "refused": 0}
         self._forbidden: torch.Tensor | None = None  # ``bool (1, num_logits)`` of the current state, cached
         # The additive mask of the current state (0 allowed, -inf forbidden), rebuilt in place per state: adding
         # it costs a quarter of a boolean masked_fill_ on SmolLM2's row (bench/grammar.py, ``tool_calls``).
@@ -223,11 +243,66 @@ class GrammarState:
     def _stale(self) -> None:
         self._forbidden = None
         self._penalty_ready = False
+        self._mask_ready = False
+        self._forced = _UNKNOWN
+        self._ff_bytes = None
 
     def _compute_mask(self) -> None:
+        if self._mask_ready:
+            return
         self.matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
         if self.matcher.is_error():
             raise RuntimeError(f"the grammar failed: {self.matcher.get_error()}")
+        self._mask_ready = True
+
+    def _bytes_forced(self) -> bool:
+        if self._ff_bytes is None:
+            self._ff_bytes = bool(self.matcher.compute_ff_bytes())
+        return self._ff_bytes
+
+    def forced(self) -> int | None:
+        """The one token the grammar allows next in the current state, where it forces one, else ``None``.
+
+        Where every way on begins with the same bytes (a key, the rest of a tool's name, ``", "``), llguidance's
+        mask is the single first token of their canonical tokenization (its fast-forward tokens,
+        ``compute_ff_tokens``; about 17 us on SmolLM2 for a tool call's forced run of ~50 bytes, the mask then
+        adds 2 us and the row 35). ``None`` where nothing is forced, where llguidance forces bytes but no whole
+        token (the mask then holds the tokens that begin with those bytes), where the grammar turns forcing off,
+        and where the forced token is an end id (the end ids follow :attr:`accepting`, which is false here).
+        Cached until the state changes.
+        """
+        if self._forced == _UNKNOWN:
+            token = None
+            if self._forcing and self._bytes_forced():
+                ff = self.matcher.compute_ff_tokens()
+                first = int(ff[0]) if ff else -1
+                if 0 <= first < self.num_logits and first not in self._end_set and first not in self._other_eos_set:
+                    token = first
+            self._forced = token
+        return self._forced
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar allows ``token`` next in the current state: exactly ``not forbidden()[0, token]``,
+        mostly without computing the mask.
+
+        Where nothing is forced, llguidance's mask is every token its parser takes (``compute_bias`` with an empty
+        prefix), so one ``validate_tokens`` answers (about 2 us; tested against the mask on every id,
+        tests/grammar/test_grammar.py); where a token is forced, the answer is whether ``token`` is it
+        (:meth:`forced`); where bytes are forced but no whole token, the mask is computed (no row is built).
+        """
+        token = int(token)
+        if token in self._end_set:
+            return self.accepting
+        if token in self._other_eos_set or not 0 <= token < min(self._vocab_size, self.num_logits):
+            return False  # validate_tokens would stop the matcher on an id past its vocab
+        if not self._mask_ready:
+            forced = self.forced()
+            if forced is not None:
+                return token == forced
+            if not self._bytes_forced():
+                return self.matcher.validate_tokens([token]) == 1
+            self._compute_mask()
+        return bool((int(self._bitmask[token >> 5]) >> (token & 31)) & 1)
 
     def forbidden(self) -> torch.Tensor:
         """``bool (1, num_logits)``: ``True`` where the grammar forbids the next token in the current state
@@ -262,8 +337,58 @@ class GrammarState:
             RuntimeError: as :meth:`sync`.
         """
         self.sync(token_ids)
+        return self.mask(scores)
+
+    def mask(self, scores: torch.Tensor) -> torch.Tensor:
+        """Mask ``scores`` (``(1, num_logits)`` float) in place to ``-inf`` where the grammar forbids the next
+        token in the current state (adds :meth:`penalty`); returns ``scores``."""
         penalty = self.penalty()
         return scores.add_(penalty if scores.dtype == penalty.dtype else penalty.to(scores.dtype))
+
+    def pick(self, scores: torch.Tensor, token_ids: Sequence[int],
+             pick: Callable[[torch.Tensor], int | None]) -> int | None:
+        """The next token after ``token_ids`` (the session's kept tokens) as ``pick`` would choose it from
+        ``scores`` masked by the grammar, masking only when the grammar refuses ``pick``'s choice unmasked.
+
+        - Where the grammar forces a token (:meth:`forced`), the masked row holds that one score: the answer
+          is that token if its score is above ``-inf`` (NaN counts as ``-inf``), else ``None``; nothing is
+          picked.
+        - Else ``pick(scores)``; if the grammar allows it (:meth:`allows`) it is the answer; if not, ``scores``
+          is masked in place (:meth:`mask`) and picked again.
+
+        This equals ``pick`` on the masked scores when ``pick`` is the argmax (the unmasked argmax, the lowest
+        id among the highest scores, is allowed: then it is also the masked argmax) or a draw from
+        ``softmax(scores)``: with ``p`` the unmasked distribution and ``A`` the allowed set, a token ``x`` of
+        ``A`` comes out with probability ``p(x) + (1 - p(A)) p(x) / p(A) = p(x) / p(A)``, its masked
+        probability (docs/structured-output.md, "Checking the pick first"). It does not hold when ``scores``
+        went through a warper that keeps a set of candidates by rank or mass (top-k, top-p, min-p): unmasked,
+        forbidden tokens take places in that set. Warpers that act on each score alone (temperature, the
+        watermark's green-list bias) commute with the mask. A seeded draw uses the generator differently
+        from mask-first (none at a forced token, two at a refusal): the same distribution, other draws.
+
+        Args:
+            scores: ``(1, num_logits)`` float, the final scores of the position (masked in place on a refusal).
+            token_ids: the session's kept tokens.
+            pick: the picker (:meth:`guardrail.engines.transformers.sampling.TokenPicker.pick`): a token id, or
+                ``None`` when every score is ``-inf``.
+
+        Returns:
+            The token id, or ``None`` when the grammar and the scores leave no candidate.
+
+        Raises:
+            RuntimeError: as :meth:`sync`, or the grammar failed computing its mask.
+        """
+        self.sync(token_ids)
+        forced = self.forced()
+        if forced is not None:
+            self.picks["forced"] += 1
+            return forced if float(scores[0, forced]) > -math.inf else None
+        token = pick(scores)
+        if token is None or self.allows(token):
+            self.picks["accepted"] += 1
+            return token
+        self.picks["refused"] += 1
+        return pick(self.mask(scores))
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from guardrail.engines.transformers.sampling import BanMask
+from guardrail.engines.transformers.sampling import BanMask, TokenPicker
 from guardrail.grammar.format import ANY_OBJECT, StructuredOutput
 from guardrail.grammar.matcher import GrammarState, unpack_bitmask
 from guardrail.guard.session import KEEP, ROLLBACK, GuardSession
@@ -180,3 +180,117 @@ def test_the_boolean_schemas():
     assert StructuredOutput.from_schema(True).schema == "{}"  # any value
     with pytest.raises(ValueError, match=r"^guided_json: the schema false admits no value"):
         StructuredOutput.from_schema(False, field="guided_json")
+
+
+# -- checking the pick first (GrammarState.pick) -----------------------------------------------------------------
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    "role": {"enum": ["admin", "editor", "viewer"]}},
+    "required": ["name", "age", "tags", "role"], "additionalProperties": False}
+PERSON_ARGS = {"name": "Ada Lovelace", "age": 36, "tags": ["math", "poetry"], "role": "editor"}
+
+
+def _walks(tokenizer):
+    """(spec, answer text): a schema's answer (keys in the canonical schema's order) and a strict tool call after
+    text (the tool grammar of service/tool_grammar.py), each with forced runs (keys, the tool's name, the markup)
+    and free ones (string content, numbers)."""
+    from service.tool_grammar import ToolSpec, tool_grammar
+
+    person = json.dumps(PERSON_ARGS, separators=(", ", ": "))
+    tools = [ToolSpec("add_person", PERSON, strict=True),
+             ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}, strict=True)]
+    call = '<tool_call>\n{"name": "add_person", "arguments": ' + person + "}\n</tool_call>"
+    return [(StructuredOutput.from_schema(PERSON), json.dumps(PERSON_ARGS, separators=(", ", ": "), sort_keys=True)),
+            (tool_grammar("hermes", tools, "auto", None), "Adding her now.\n" + call)]
+
+
+def test_allows_is_the_mask_at_every_position_of_a_schema_answer_and_a_tool_call(smollm2_tokenizer, smollm2_vocab):
+    """allows() answers without the mask (a forced token, or llguidance's validate_tokens where nothing is
+    forced) and must equal it: checked on every id the mask allows, every id whose bytes begin the rest of the
+    answer (the non-canonical splits that the mask forbids where the grammar forces bytes and validate_tokens
+    alone would take) and every 61st id."""
+    kinds = set()
+    for spec, text in _walks(smollm2_tokenizer):
+        tokens = smollm2_tokenizer.encode(text, add_special_tokens=False)
+        rest = text.encode()
+        for i in range(len(tokens) + 1):
+            masked, checked = _state(spec, smollm2_tokenizer, smollm2_vocab), _state(spec, smollm2_tokenizer,
+                                                                                   smollm2_vocab)
+            masked.sync(tokens[:i])
+            checked.sync(tokens[:i])
+            allowed = _allowed(masked)
+            prefixes = {t for t, b in enumerate(smollm2_vocab.token_bytes) if b and rest.startswith(b)}
+            ids = sorted(allowed | prefixes | set(range(0, len(smollm2_vocab), 61)) | {2})
+            assert [checked.allows(t) for t in ids] == [t in allowed for t in ids], (i, text[:40])
+            kinds.add("forced" if checked.forced() is not None else "bytes" if checked._bytes_forced() else "free")
+            if i < len(tokens):
+                rest = rest[len(smollm2_vocab.token_bytes[tokens[i]]):]
+    assert kinds == {"forced", "bytes", "free"}  # every way allows() answers was taken
+
+
+def test_the_greedy_pick_checked_first_is_the_argmax_of_the_masked_scores(smollm2_tokenizer, smollm2_vocab):
+    """At every position of both walks, for rows whose argmax is the answer's token (accepted or forced), a
+    random id (mostly refused: masked and picked again), a tie, and every score -inf but a forbidden id's."""
+    rng = torch.Generator().manual_seed(7)
+    totals = {"forced": 0, "accepted": 0, "refused": 0}
+    for spec, text in _walks(smollm2_tokenizer):
+        tokens = smollm2_tokenizer.encode(text, add_special_tokens=False)
+        checked = _state(spec, smollm2_tokenizer, smollm2_vocab)
+        for i in range(len(tokens)):
+            reference = _state(spec, smollm2_tokenizer, smollm2_vocab)
+            reference.sync(tokens[:i])
+            forbidden = int(np.flatnonzero(reference.forbidden()[0].numpy())[0])
+            rows = [torch.randn(1, len(smollm2_vocab), generator=rng) for _ in range(3)]
+            rows[0][0, tokens[i]] = 10.0
+            rows[2][0, tokens[i]] = rows[2][0, forbidden] = 10.0  # the lowest id of the tie may be refused
+            rows.append(torch.full((1, len(smollm2_vocab)), -float("inf")))
+            rows[3][0, forbidden] = 0.0
+            for row in rows:
+                expected = TokenPicker(SamplingParams(temperature=0)).pick(reference.apply(row.clone(), tokens[:i]))
+                got = checked.pick(row.clone(), tokens[:i], TokenPicker(SamplingParams(temperature=0)).pick)
+                assert got == expected, (i, text[:40])
+        for kind, n in checked.picks.items():
+            totals[kind] += n
+    assert all(totals.values()), totals
+
+
+def test_a_draw_checked_first_follows_the_masked_distribution_exactly(smollm2_tokenizer, smollm2_vocab):
+    """Sampling: draw over the unmasked scores, keep the draw if the grammar allows it, else mask and draw again.
+    The draws are enumerated, not sampled: a picker that returns a given first draw records the scores of the
+    second; P(x) = sum over first draws d of p(d) [d allowed: d = x; refused: masked softmax(x)], which must be
+    the masked softmax, and no outcome is a forbidden id."""
+    spec = StructuredOutput.from_schema(PERSON)
+    text = json.dumps(PERSON_ARGS, separators=(", ", ": "), sort_keys=True)
+    tokens = smollm2_tokenizer.encode(text, add_special_tokens=False)
+    # After '"age": ': digits only, nothing forced.
+    position = next(i for i in range(len(tokens)) if smollm2_tokenizer.decode(tokens[:i]).endswith('"age": '))
+    reference = _state(spec, smollm2_tokenizer, smollm2_vocab)
+    reference.sync(tokens[:position])
+    assert reference.forced() is None
+    allowed = sorted(_allowed(reference))
+    forbidden = [int(t) for t in np.flatnonzero(reference.forbidden()[0].numpy())[:3]]
+    support = allowed[:3] + forbidden
+    scores = torch.full((1, len(smollm2_vocab)), -float("inf"))
+    scores[0, support] = torch.tensor([0.5, -1.0, 2.0, 1.5, 0.0, 3.0])
+    p = torch.softmax(scores, dim=-1)[0]
+    masked = torch.softmax(reference.apply(scores.clone(), tokens[:position]), dim=-1)[0]
+    outcome = torch.zeros(len(smollm2_vocab), dtype=torch.float64)
+    for first in support:
+        state = _state(spec, smollm2_tokenizer, smollm2_vocab)
+        calls: list[torch.Tensor] = []  # the distribution each draw was asked over
+
+        def pick(row, first=first, calls=calls):
+            calls.append(torch.softmax(row, dim=-1)[0].double())
+            return first if len(calls) == 1 else int(row.argmax())  # only the first draw's value matters
+
+        got = state.pick(scores.clone(), tokens[:position], pick)
+        if first in allowed:
+            assert got == first and len(calls) == 1
+            outcome[first] += p[first].double()
+        else:
+            assert len(calls) == 2 and state.picks["refused"] == 1
+            outcome += p[first].double() * calls[1]
+    assert torch.allclose(outcome, masked.double(), atol=1e-9)
+    assert float(outcome[forbidden].sum()) == 0.0

@@ -7,9 +7,12 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
     logits of position p (kept from the forward pass that produced them)
       -> processors (logit_bias, repetition penalty, bad words, suppress)       sampling.build_processors
       -> session.mask_ids(): always-banned ids and the bans of position p    -inf, in place (sampling.BanMask)
-      -> the JSON grammar after the kept tokens (response_format only)      -inf, in place (guardrail.grammar)
+      -> the JSON grammar after the kept tokens (response_format only), masked first only before top-k,
+         top-p or min-p                                                     -inf, in place (guardrail.grammar)
       -> warpers (temperature, top-k, top-p, min-p), then the watermark        sampling.build_warpers
       -> pick (argmax or seeded draw)                                          sampling.TokenPicker
+         with a grammar not masked first: the forced token, or the pick if the grammar takes it, else
+         mask and pick again                                                  GrammarState.pick
       -> only when the request asked for logprobs: the pick's raw logprob and top-k    Generation._pick_logprobs
          (log_softmax of the logits of p before any processor or ban, computed once per position)
       -> driver.judge(token, generation): every pick, including the re-pick after a rollback
@@ -100,6 +103,10 @@ class StreamingDecoder:
         speculative: drafting and verification (:mod:`guardrail.engines.drafting`); ``num_tokens=0`` turns
             it off. Off for models with sliding-window layers (a rejected draft past the window would cost a
             re-prefill).
+        grammar_check_first: with a ``response_format``, check the pick against the grammar and mask only on a
+            refusal (:meth:`~guardrail.grammar.matcher.GrammarState.pick`; the same tokens for greedy decoding,
+            the same distribution for sampling); ``False`` masks every position first (the reference of the
+            equality tests and of bench/grammar.py). Requests with top-k, top-p or min-p mask first either way.
 
     Example:
         >>> decoder = StreamingDecoder(model, tokenizer, vocab)
@@ -108,8 +115,9 @@ class StreamingDecoder:
     """
 
     def __init__(self, model, tokenizer, vocab: TokenVocab, record_past: bool = True, retry_bans: bool = True,
-                 speculative: SpeculativeConfig | None = None):
+                 speculative: SpeculativeConfig | None = None, grammar_check_first: bool = True):
         self.model = model
+        self.grammar_check_first = grammar_check_first
         self.tokenizer = tokenizer
         self.vocab = vocab
         self.record_past = record_past
@@ -240,6 +248,11 @@ class Generation(VerdictHandler):
         # The request's JSON grammar (docs/structured-output.md): follows the session's kept tokens.
         self.grammar = (GrammarState(params.response_format, decoder.tokenizer, decoder.vocab, self.session.eos_ids,
                                      decoder.vocab_size) if params.response_format is not None else None)
+        # Check the pick first (GrammarState.pick), unless a warper keeps candidates by rank or mass: unmasked,
+        # forbidden tokens would take places among them and the masked distribution would differ.
+        self.grammar_first = self.grammar is not None and (
+            not decoder.grammar_check_first
+            or (not params.greedy and bool(params.top_k or params.top_p < 1.0 or params.min_p > 0.0)))
         self.processors = build_processors(params, len(self.prompt), decoder.eos_ids)
         self.warpers = build_warpers(params, decoder.vocab_size)
         self.picker = TokenPicker(params)
@@ -433,7 +446,10 @@ class Generation(VerdictHandler):
     # -- one pick ------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _pick(self) -> int | None:
-        return self.picker.pick(self._scores())
+        grammar = self.grammar
+        if grammar is None or self.grammar_first:
+            return self.picker.pick(self._scores())
+        return grammar.pick(self._scores(), self.session.token_ids, self.picker.pick)
 
     @torch.inference_mode()
     def _pick_logprobs(self, token: int) -> PickLogprobs:
@@ -453,7 +469,8 @@ class Generation(VerdictHandler):
 
     @torch.inference_mode()  # the kept logits are inference tensors: masked in place in this mode only
     def _scores(self) -> torch.Tensor:
-        """Final scores ``(1, vocab)`` of the current position: processors, bans, warpers."""
+        """Final scores ``(1, vocab)`` of the current position: processors, bans, the grammar when it is masked
+        first (:attr:`grammar_first`; else :meth:`_pick` checks the pick against it), warpers."""
         position = self.session.position
         scores = self.logits[position]
         if self.raw_logprobs is not None and position not in self.raw_logprobs:
@@ -473,7 +490,8 @@ class Generation(VerdictHandler):
         premasked = self.premasked
         if premasked is None or premasked[0] != position or premasked[1] is not ids:
             self.mask.apply(scores, ids)
-        if self.grammar is not None:  # the same in-place argument: fixed while the logits of `position` are kept
+        if self.grammar_first:  # the same in-place argument: fixed while the logits of `position` are kept
+            assert self.grammar is not None
             self.grammar.apply(scores, self.session.token_ids)
         if self.warpers:
             assert prefix is not None, "input_ids is allocated whenever there are warpers"

@@ -109,3 +109,79 @@ def test_a_schema_only_a_banned_term_satisfies_ends_with_content_filter_before_i
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "content_filter"
     assert finish.text.startswith('{"name": "') and "Paris" not in finish.text
+
+
+# -- checking the pick first (GrammarState.pick) against masking every position ------------------------------
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                                           "city": {"type": "string"}},
+          "required": ["name", "age", "city"], "additionalProperties": False}
+PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+
+
+def _tool_format() -> dict:
+    from service.tool_grammar import ToolSpec, tool_grammar
+
+    tools = [ToolSpec("add_person", PERSON, strict=True),
+             ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
+                                      "required": ["city"]}, strict=True)]
+    return tool_grammar("hermes", tools, "required", None)
+
+
+def _both_ways(decoder, monkeypatch, prompt, artefact, params):
+    """The events and picks checked first, then the events masking every position first."""
+    generation = Generation(decoder, prompt, artefact, params)
+    checked = list(generation.run())
+    assert generation.grammar is not None and not generation.grammar_first
+    with monkeypatch.context() as patch:
+        patch.setattr(decoder, "grammar_check_first", False)
+        reference = Generation(decoder, prompt, artefact, params)
+        masked = list(reference.run())
+        assert reference.grammar_first
+    return checked, masked, generation.grammar.picks
+
+
+def test_greedy_tokens_checked_first_equal_masking_every_position(smollm2_decoder, smollm2_tokenizer, artefact,
+                                                                 monkeypatch):
+    """Greedy decoding: the same events (text, rollbacks, tokens, finish) both ways, on the name schema under
+    the guard (rollbacks in a string), a person schema, JSON mode and a tool call; every way GrammarState.pick
+    decides (forced, accepted, refused) is taken."""
+    tool = _tool_format()
+    cases = [(ELICITING[0][0], artefact, FORMAT, 40),
+             ("Describe Ada Lovelace as JSON (name, age, city).", artefact, PERSON_FORMAT, 60),
+             ("Give me a JSON object describing a cat.", None, {"type": "json_object"}, 48),
+             ("Add Ada Lovelace, 36, from London, to my contacts.", None, tool, 80)]
+    totals = {"forced": 0, "accepted": 0, "refused": 0}
+    for prompt, lists, response_format, max_tokens in cases:
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, timeout_s=NO_DEADLINE,
+                                response_format=response_format)
+        checked, masked, picks = _both_ways(smollm2_decoder, monkeypatch, _prompt(smollm2_tokenizer, prompt),
+                                            lists, params)
+        assert [repr(e) for e in checked[:-1]] == [repr(e) for e in masked[:-1]], prompt
+        assert (checked[-1].text, checked[-1].token_ids, checked[-1].reason) == (
+            masked[-1].text, masked[-1].token_ids, masked[-1].reason), prompt
+        for kind, n in picks.items():
+            totals[kind] += n
+    assert all(totals.values()), totals
+
+
+def test_sampled_tokens_checked_first_follow_the_grammar(smollm2_decoder, smollm2_tokenizer, artefact):
+    """Sampling at temperature 1.5 with the watermark (warpers that act on each score alone): every kept token is
+    one the grammar allows (the matcher consumes each, or sync raises), some draws were refused and drawn
+    again, and the answer parses against the schema."""
+    params = SamplingParams(temperature=1.5, seed=3, max_tokens=60, timeout_s=NO_DEADLINE, watermark=True,
+                            response_format=PERSON_FORMAT)
+    generation = Generation(smollm2_decoder, _prompt(smollm2_tokenizer, "Describe a famous scientist as JSON."),
+                            artefact, params)
+    events = list(generation.run())
+    assert not generation.grammar_first and generation.grammar is not None
+    assert generation.grammar.consumed == events[-1].token_ids
+    assert generation.grammar.picks["refused"] > 0
+    if events[-1].reason == "stop":
+        jsonschema.validate(json.loads(events[-1].text), PERSON)
+
+
+def test_top_p_masks_first(smollm2_decoder, smollm2_tokenizer):
+    """A warper that keeps candidates by mass would see forbidden tokens among them unmasked: mask first."""
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=1, max_tokens=8, response_format=FORMAT)
+    assert Generation(smollm2_decoder, _prompt(smollm2_tokenizer, "Hi"), None, params).grammar_first
