@@ -294,3 +294,48 @@ def test_a_draw_checked_first_follows_the_masked_distribution_exactly(smollm2_to
             outcome += p[first].double() * calls[1]
     assert torch.allclose(outcome, masked.double(), atol=1e-9)
     assert float(outcome[forbidden].sum()) == 0.0
+
+
+# -- closing within max_tokens --------------------------------------------------------------------------------
+
+
+def _close(state, tokenizer) -> str:
+    """Follow closing_path from the state; the text it adds (the matcher is left where it was)."""
+    before = state.consumed
+    path = state.closing_path(40)
+    assert path is not None
+    state.sync([*before, *path])
+    assert state.accepting  # the path ends at a complete value
+    state.sync(before)
+    return tokenizer.decode(path)
+
+
+def test_the_closing_path_closes_a_string_brackets_inside_it_do_not(smollm2_tokenizer, smollm2_vocab):
+    from service.tool_grammar import ToolSpec, tool_grammar
+
+    calculate = ToolSpec("calculate", {"type": "object", "properties": {"expression": {"type": "string"}},
+                                       "required": ["expression"], "additionalProperties": False})
+    state = _state(tool_grammar("hermes", [calculate], "named", "calculate", parallel=False), smollm2_tokenizer,
+                   smollm2_vocab)
+    # A string the model filled with brackets: they are characters of the string, only a quote closes it.
+    text = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "}}  # 144 / 12 = 12.5252'
+    state.sync(smollm2_tokenizer.encode(text, add_special_tokens=False))
+    added = _close(state, smollm2_tokenizer)
+    assert added == '"}}\n</tool_call>'
+    call = json.loads((text + added).removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+    assert call["arguments"]["expression"].startswith("}}  # 144")
+
+
+def test_the_closing_path_writes_the_required_keys_left_at_their_smallest(smollm2_tokenizer, smollm2_vocab):
+    from service.tool_grammar import ToolSpec, tool_grammar
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"type": "string"}}},
+              "required": ["name", "age", "tags"], "additionalProperties": False}
+    state = _state(tool_grammar("hermes", [ToolSpec("add", schema)], "named", "add", parallel=False),
+                   smollm2_tokenizer, smollm2_vocab)
+    text = '<tool_call>\n{"name": "add", "arguments": {"name": "Ada Lovelace, the first programmer, who'
+    state.sync(smollm2_tokenizer.encode(text, add_special_tokens=False))
+    call = json.loads((text + _close(state, smollm2_tokenizer)).removeprefix("<tool_call>\n")
+                      .removesuffix("\n</tool_call>"))
+    assert call["arguments"] == {"name": "Ada Lovelace, the first programmer, who", "age": 0, "tags": []}

@@ -37,10 +37,10 @@ class Server:
         self.admin_base = f"http://127.0.0.1:{admin_port}"
 
     def call(self, method: str, path: str, token: str | None = None, admin_port: bool = False,
-             source: str | None = None, **kwargs) -> httpx.Response:
+             source: str | None = None, timeout: float = 120, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         transport = httpx.HTTPTransport(local_address=source) if source else None
-        with httpx.Client(transport=transport, timeout=120) as client:
+        with httpx.Client(transport=transport, timeout=timeout) as client:
             return client.request(method, (self.admin_base if admin_port else self.base) + path, headers=headers,
                                   **kwargs)
 
@@ -110,15 +110,15 @@ def test_a_request_the_full_queue_refuses_spends_no_tokens(server):
     # holder's text is held back whole (the evasion guard's floor), so the worker's own count says when it runs.
     held: dict[str, httpx.Response] = {}
     thread = threading.Thread(target=lambda: held.update(answer=server.call(
-        "POST", "/v1/chat/completions", holder, json={"model": MODEL, "messages": PROMPT, "max_tokens": 350,
-                                                      "ignore_eos": True})))
+        "POST", "/v1/chat/completions", holder, timeout=600,  # a loaded machine decodes slowly
+        json={"model": MODEL, "messages": PROMPT, "max_tokens": 120, "ignore_eos": True})))
     thread.start()
     wait_until(lambda: server.call("GET", "/admin/readiness", ADMIN, admin_port=True).json()["checks"]["worker"]
                ["running"] == 1, 60, "the holder's job on the worker")
     full = chat(server, key, max_tokens=300)
     assert full.status_code == 429, full.text
     assert full.json()["error"]["code"] == "queue_full"
-    thread.join(timeout=120)
+    thread.join(timeout=600)
     assert held["answer"].status_code == 200, held["answer"].text
     wait_until(lambda: server.call("GET", "/admin/readiness", ADMIN, admin_port=True).json()["checks"]["worker"]
                ["running"] == 0, 60, "the worker free again")

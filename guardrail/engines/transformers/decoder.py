@@ -77,6 +77,9 @@ from guardrail.params import SamplingParams
 
 #: Extra ``top_logprobs`` candidates taken from the vocab, for the guard to leave some out and still have ``k``.
 ALTERNATIVES_MARGIN = 32
+#: Tokens before ``max_tokens`` from which a structured answer is checked for the room to close it
+#: (:meth:`~guardrail.grammar.matcher.GrammarState.close_within`): its closing path is shorter than this.
+CLOSING_HORIZON = 64
 
 
 def generation_eos_ids(model) -> set[int]:
@@ -447,9 +450,17 @@ class Generation(VerdictHandler):
     @torch.inference_mode()
     def _pick(self) -> int | None:
         grammar = self.grammar
-        if grammar is None or self.grammar_first:
+        if grammar is None:
             return self.picker.pick(self._scores())
-        return grammar.pick(self._scores(), self.session.token_ids, self.picker.pick)
+        scores = self._scores()
+        room = self.driver.room()
+        if room <= CLOSING_HORIZON:  # near max_tokens: close the value if it would not fit otherwise
+            closing = grammar.close_within(scores, self.session.token_ids, room)
+            if closing is not None:
+                return closing
+        if self.grammar_first:
+            return self.picker.pick(scores)
+        return grammar.pick(scores, self.session.token_ids, self.picker.pick)
 
     @torch.inference_mode()
     def _pick_logprobs(self, token: int) -> PickLogprobs:

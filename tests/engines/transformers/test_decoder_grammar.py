@@ -185,3 +185,40 @@ def test_top_p_masks_first(smollm2_decoder, smollm2_tokenizer):
     """A warper that keeps candidates by mass would see forbidden tokens among them unmasked: mask first."""
     params = SamplingParams(temperature=0.8, top_p=0.9, seed=1, max_tokens=8, response_format=FORMAT)
     assert Generation(smollm2_decoder, _prompt(smollm2_tokenizer, "Hi"), None, params).grammar_first
+
+
+def test_an_answer_max_tokens_would_cut_is_closed_within_it(smollm2_decoder, smollm2_tokenizer, monkeypatch):
+    """Near max_tokens the grammar's closing path takes over (GrammarState.close_within): the answer ends with the
+    end id inside the budget and parses against the schema; without it the same request is cut mid-JSON."""
+    import guardrail.engines.transformers.decoder as decoder_module
+
+    prompt = _prompt(smollm2_tokenizer, "Describe Ada Lovelace as JSON (name, age, city), with a long name.")
+    params = _params(max_tokens=24, response_format=PERSON_FORMAT)  # the shortest answer is 18 tokens and the end
+    with monkeypatch.context() as patch:
+        patch.setattr(decoder_module, "CLOSING_HORIZON", 0)
+        cut = list(Generation(smollm2_decoder, prompt, None, params).run())[-1]
+    assert cut.reason == "length"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(cut.text)
+    generation = Generation(smollm2_decoder, prompt, None, params)
+    finish = list(generation.run())[-1]
+    assert finish.reason == "stop" and len(finish.token_ids) <= 24
+    jsonschema.validate(json.loads(finish.text), PERSON)
+    assert generation.grammar is not None and generation.grammar.closed > 0
+
+
+def test_an_answer_that_fits_is_not_changed_by_the_closing_check(smollm2_decoder, smollm2_tokenizer, artefact,
+                                                                 monkeypatch):
+    """The closing check runs over the last CLOSING_HORIZON tokens (here all 40) and takes over only when the
+    room would not hold the answer: with room to spare the events are those without it."""
+    import guardrail.engines.transformers.decoder as decoder_module
+
+    prompt = _prompt(smollm2_tokenizer, ELICITING[0][0])
+    generation = Generation(smollm2_decoder, prompt, artefact, _params())
+    checked = list(generation.run())
+    with monkeypatch.context() as patch:
+        patch.setattr(decoder_module, "CLOSING_HORIZON", 0)
+        unchecked = list(Generation(smollm2_decoder, prompt, artefact, _params()).run())
+    assert [repr(e) for e in checked[:-1]] == [repr(e) for e in unchecked[:-1]]
+    assert checked[-1].text == unchecked[-1].text and checked[-1].reason == unchecked[-1].reason == "stop"
+    assert generation.grammar is not None and generation.grammar.closed == 0
