@@ -6,8 +6,8 @@ shipped with every CPython), tokenized once; row ``r`` reads it from its own off
 the rows sit in the states prose visits (the memo hit rates are the point: random ids would visit states
 prose never does). The memo is warm as on a running server: one request first reads the corpus' first half
 (through the processor, and through the batch step's table), and the timed rows read the second half, text
-the memo has not seen. Per configuration, after ``--warmup`` steps, ``--steps`` steps are timed, the four
-first three measurements taken in turn on the same step (the order rotates every step), then vLLM's
+the memo has not seen. Per configuration, after ``--warmup`` steps, ``--steps`` steps are timed, the
+measurements below but ``bad_words`` taken in turn on the same step (the order rotates every step), then vLLM's
 ``bad_words`` apart on the next 12 steps (its ~10^5 Python operations a step at 256 rows evict the caches a
 measurement beside it would run in: interleaved, the processor measured ten times slower); each timed with
 the cyclic garbage collector off as ``timeit`` does, the heap after the warm-up frozen as vLLM freezes its
@@ -17,6 +17,9 @@ own after start-up; p50 and p90 in milliseconds:
   through vLLM's public interface (``VllmConfig``, ``BatchUpdate`` with the requests' ``SamplingParams``,
   ``apply(logits)`` on a ``(rows, vocab)`` float32 tensor): advance, index, the ``-inf`` write;
 * ``batch_step``: :meth:`BatchGuard.step` alone over the same token lists (its own artefact and memo);
+* ``batch_write``: the same step and its write into the logits (:class:`~guardrail.engines.mask_write.MaskWriter`,
+  what the processor runs without vLLM's bookkeeping; on a GPU it measures the index copy and the write
+  without needing vLLM's CUDA build);
 * ``bad_words``: vLLM's own ``bad_words`` on the same batch: the ``en`` terms tokenized as vLLM does
   (``SamplingParams.update_from_tokenizer``, ``VLLM_MAX_NUM_BAD_WORDS`` raised from its default of 128) and
   applied by the sampler's ``apply_bad_words``;
@@ -73,6 +76,7 @@ import pydoc_data.topics  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from guardrail.engines.mask_write import MaskWriter  # noqa: E402
 from guardrail.guard.batch import BatchGuard, MaskRow, MaskTable, always_banned_ids  # noqa: E402
 from guardrail.matching.cache import ArtefactCache  # noqa: E402
 from guardrail.matching.vocab import TokenVocab  # noqa: E402
@@ -112,10 +116,15 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 class Setup:
     """One vocab: its tokenizer, vocab, end ids, corpus, a processor factory and vLLM's bad_words ids."""
 
-    def __init__(self, name: str, device: torch.device):
+    def __init__(self, name: str, device: torch.device, tokenizer_dir: Path | None = None):
         self.name = name
         self.device = device
-        self.tokenizer = load_tokenizer(name)
+        if tokenizer_dir is None:
+            self.tokenizer = load_tokenizer(name)
+        else:  # a machine without the bundled model packages (bench/gpu_check.sh carries the tokenizers)
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / name, local_files_only=True)
         self.config = None
         if SamplingParams is not None:
             directory = model_directory(name)  # the processor reads the tokenizer and the width from here
@@ -173,8 +182,11 @@ def bench(setup: Setup, rows: int, steps: int, warmup: int) -> dict:
     logits = torch.zeros((rows, setup.num_logits), dtype=torch.float32, device=device)
     table = setup.table
     batch = BatchGuard()
+    written = BatchGuard()  # batch_write's own rows over the same token lists: each run advances its own batch
     for index in range(rows):
         batch.add(index, MaskRow(table, outputs[index], setup.always))
+        written.add(index, MaskRow(table, outputs[index], setup.always))
+    writer = MaskWriter(device, pin_memory=device.type == "cuda")
     guarded, unguarded = setup.guarded, setup.unguarded
     if guarded is not None:
         added = [(i, SamplingParams(extra_args=GUARD), [1, 2, 3], outputs[i]) for i in range(rows)]
@@ -189,14 +201,18 @@ def bench(setup: Setup, rows: int, steps: int, warmup: int) -> dict:
     def run_batch():
         batch.step()
 
+    def run_batch_write():
+        writer.write(logits, written.step())
+
     def run_bad_words():
         apply_bad_words(logits, bad_words, outputs)
 
     def run_unguarded():
         unguarded.apply(logits)
 
-    runs = {"processor": run_processor, "batch_step": run_batch,
-            "unguarded": run_unguarded} if guarded is not None else {"batch_step": run_batch}
+    runs = {"batch_step": run_batch, "batch_write": run_batch_write}
+    if guarded is not None:
+        runs = {"processor": run_processor, **runs, "unguarded": run_unguarded}
     times: dict[str, list[float]] = {name: [] for name in [*runs, "bad_words"]}
     synced: dict[str, list[float]] = {name: [] for name in times}
     masked = []
@@ -263,7 +279,7 @@ def bench(setup: Setup, rows: int, steps: int, warmup: int) -> dict:
     out: dict = {name: percentiles(values) for name, values in times.items()}
     out.update({f"{name}_seen_text": percentiles(values) for name, values in seen.items()})
     if device.type == "cuda":
-        out.update({f"{name}_synced": percentiles(values) for name, values in synced.items()})
+        out.update({f"{name}_synced": percentiles(values) for name, values in synced.items() if values})
     out["masked_ids_per_step"] = round(statistics.mean(masked), 1)
     out["transition_memo_hit_rate"] = round(1 - (table.computed_transitions - before[0]) / lookups, 4)
     out["mask_memo_hit_rate"] = round(1 - (table.computed_masks - before[1]) / lookups, 4)
@@ -313,6 +329,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=16, help="steps before the timed ones")
     parser.add_argument("--device", default="cpu", help="where the logits live (cpu, cuda)")
+    parser.add_argument("--tokenizer-dir", type=Path, default=None,
+                        help="read each vocab's tokenizer from DIR/<name> (no bundled model packages needed)")
     parser.add_argument("--throughput", default="", help="vLLM tokens/s at these concurrencies instead (GPU)")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per request (--throughput)")
     parser.add_argument("--reps", type=int, default=2, help="guarded/unguarded runs per concurrency (--throughput)")
@@ -330,7 +348,7 @@ def main() -> None:
     if device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(device)
     for name in args.vocabs.split(","):
-        setup = Setup(name, device)
+        setup = Setup(name, device, args.tokenizer_dir)
         warmed = time.perf_counter()
         warm(setup, setup.ids[:len(setup.ids) // 2])
         gc.collect()

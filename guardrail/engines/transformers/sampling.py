@@ -36,6 +36,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from guardrail.engines.mask_write import MaskWriter
 from guardrail.engines.transformers.watermark import watermark_processor
 from guardrail.guard.batch import BatchGuard, SessionRow
 from guardrail.params import MAX_PENALTY, SamplingParams, is_int, is_number
@@ -219,8 +220,7 @@ class BatchBanMask:
     def __init__(self) -> None:
         self._guard = BatchGuard()
         self._members: list = []  # the generations the guard's rows were laid out for, in batch order
-        self._version = -1
-        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._writer: MaskWriter | None = None  # made for the device of the first logits it writes
 
     @torch.inference_mode()  # the kept logits are inference tensors: written in place in this mode only
     def apply(self, logits: torch.Tensor, generations: Sequence) -> torch.Tensor:
@@ -234,12 +234,10 @@ class BatchBanMask:
                     guard.add(index, SessionRow(generation.session))
             self._members = list(generations)
         guard = self._guard
-        rows, cols, version = guard.step()
-        if len(rows):
-            if version != self._version:
-                self._version, self._index = version, (torch.from_numpy(rows), torch.from_numpy(cols))
-            assert self._index is not None
-            logits[self._index] = -math.inf
+        writer = self._writer
+        if writer is None or writer.device != logits.device:
+            writer = self._writer = MaskWriter(logits.device)
+        writer.write(logits, guard.step())
         for index in guard:
             generation = generations[index]
             generation.premasked = (generation.session.position, guard[index].state_ids)

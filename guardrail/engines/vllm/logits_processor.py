@@ -43,7 +43,6 @@ every engine of the environment: ``vllm serve MODEL`` users enable nothing, they
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import TYPE_CHECKING
 
@@ -53,6 +52,7 @@ from cachetools import LRUCache
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from guardrail.engines.mask_write import MaskWriter
 from guardrail.engines.vllm.args import EXTRA_ARGS_KEY, GuardArgs, parse_guard_args
 from guardrail.guard.batch import BatchGuard, MaskRow, MaskTable, always_banned_ids
 from guardrail.matching.combined import ArtefactLike
@@ -111,11 +111,8 @@ class GuardLogitsProcessor(LogitsProcessor):
         model_config = vllm_config.model_config
         self._tokenizer_path = model_config.tokenizer
         self._num_logits = model_config.get_vocab_size()
-        self._device = device
-        self._pin = is_pin_memory and device.type != "cpu"
         self._batch = BatchGuard()
-        self._version = -1  # of the MaskIndex the cached index tensors were built from
-        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._writer = MaskWriter(device, pin_memory=is_pin_memory)
         self._vocab: TokenVocab | None = None
         self._eos_ids: frozenset[int] = frozenset()
         # guarded by _lock; a MaskTable holds its artefact
@@ -169,19 +166,7 @@ class GuardLogitsProcessor(LogitsProcessor):
         batch = self._batch
         if not len(batch):
             return logits
-        rows, cols, version = batch.step()
-        if not len(rows):
-            return logits
-        if version != self._version:  # the same index as last step keeps its tensors (on the device too)
-            row_index, col_index = torch.from_numpy(rows), torch.from_numpy(cols)
-            if self._device.type != "cpu":
-                if self._pin:
-                    row_index, col_index = row_index.pin_memory(), col_index.pin_memory()
-                row_index = row_index.to(self._device, non_blocking=True)
-                col_index = col_index.to(self._device, non_blocking=True)
-            self._version, self._index = version, (row_index, col_index)
-        logits[self._index] = -math.inf
-        return logits
+        return self._writer.write(logits, batch.step())  # unchanged rows keep their tensors, on the device too
 
     # -- per-request state ----------------------------------------------------------------------------------
     def _new_row(self, params: SamplingParams, prompt_ids: list[int] | None, output_ids: list[int]) -> MaskRow | None:
