@@ -68,7 +68,7 @@ class Guard:
         self.wordlists = tuple(wordlists)
         self.artefact = artefact
         self.decoder = StreamingDecoder(model, tokenizer, vocab)
-        self._text_matcher = TextMatcher(self.wordlists)
+        self._text_matcher = TextMatcher(self.wordlists, shared=False)  # check() reads untrusted text
 
     @classmethod
     def load(cls, model: str = "smollm2", wordlists: Sequence[str] = ("en",), banned_terms: Sequence[str] = (),

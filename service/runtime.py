@@ -229,13 +229,14 @@ class Runtime:
 
     def text_matcher(self, stored: Sequence[StoredWordList], obfuscation: Obfuscation) -> TextMatcher:
         """The text matcher for these list versions at this obfuscation setting (for lists without their
-        own; built once per combination, LRU-kept)."""
+        own; built once per combination, LRU-kept), over private automata (``TextMatcher(shared=False)``)."""
         key = (*((s.wordlist.name, s.version) for s in stored), obfuscation)
         found = self._text_matchers.get(key)  # a hit counts as a use (LRU order)
         if found is not None:
             return found
         # Built outside any lock (it can take a while); two threads may build the same one, the last one kept.
-        matcher = TextMatcher([s.wordlist for s in stored], obfuscation=obfuscation)
+        # Private automata: clients' text (megabytes of anything) must not grow the ones generations step.
+        matcher = TextMatcher([s.wordlist for s in stored], obfuscation=obfuscation, shared=False)
         self._text_matchers.put(key, matcher)
         return matcher
 

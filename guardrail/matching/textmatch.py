@@ -23,6 +23,7 @@ from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton, compi
 from guardrail.matching.obfuscation.nfa import ObfuscatedTerm
 from guardrail.matching.regex.automaton import RegexAutomaton, compile_regex_stream
 from guardrail.matching.term_spec import TermSpec, flatten
+from guardrail.wordlists.regex_syntax import RegexError
 from guardrail.wordlists.wordlist import MatchMode, WordList, with_obfuscation
 
 
@@ -66,6 +67,13 @@ def boundary_ok(norm: str, start: int, end: int, pattern: str, match: MatchMode)
     return True
 
 
+#: DFA nodes a private obfuscation automaton (``shared=False``) may grow to before :meth:`TextMatcher.scan`
+#: starts it afresh: ~1.2 KB a node (measured on random text), so ~60 MB per view. Prose visits a few thousand
+#: nodes; random text of 1M characters (the ``/v1/check`` limit) builds ~60,000 (docs/matching.md, "Untrusted
+#: text").
+PRIVATE_NODE_LIMIT = 50_000
+
+
 class TextMatcher:
     """Find every occurrence of the terms of ``wordlists`` in a text.
 
@@ -75,6 +83,11 @@ class TextMatcher:
             as on every path; ``OFF`` for the literal contract alone); the obfuscated forms are read by the
             same automata the decoder steps
             (:class:`~guardrail.matching.obfuscation.automaton.ObfuscationAutomaton`, over the text's view).
+        shared: read through the process's shared obfuscation automata (built on first use and kept, shared
+            with the artefacts the decoder steps). False for untrusted text (the service's ``/v1/check`` and
+            moderations): private copies over the same NFAs, started afresh past ``node_limit`` DFA nodes, so
+            no client's text grows the automata a generation steps, or holds memory for long.
+        node_limit: see ``shared`` (default :data:`PRIVATE_NODE_LIMIT`).
 
     Example:
         >>> from guardrail.wordlists.wordlist import wordlist_from_terms
@@ -82,8 +95,11 @@ class TextMatcher:
         [TextMatch(term='fuck you', list_name='request', start=5, end=15)]
     """
 
-    def __init__(self, wordlists: Sequence[WordList], obfuscation: Obfuscation = DEFAULT_OBFUSCATION):
+    def __init__(self, wordlists: Sequence[WordList], obfuscation: Obfuscation = DEFAULT_OBFUSCATION, *,
+                 shared: bool = True, node_limit: int = PRIVATE_NODE_LIMIT):
         wordlists = with_obfuscation(wordlists, obfuscation)
+        self._shared = shared
+        self._node_limit = node_limit
         self.terms, self.allows = flatten(wordlists)
         views: dict[tuple[bool, bool], list[TermSpec]] = {}
         for spec in self.terms:
@@ -94,6 +110,8 @@ class TextMatcher:
             (compile_obfuscation_stream(tuple(ObfuscatedTerm(t.normalized, t.match, t.obfuscation) for t in specs),
                                         spaced, markup), specs)
             for (spaced, markup), specs in sorted(views.items())]
+        if not shared:
+            self._views = self._fresh_views()
         self._modes: list[tuple[bool, ahocorasick.Automaton | None, ahocorasick.Automaton | None,
                                 list[TermSpec], RegexAutomaton | None]] = []
         for case_sensitive in (False, True):
@@ -124,16 +142,34 @@ class TextMatcher:
             total += dfa.approx_bytes() if dfa is not None else 0
         return total
 
+    def _fresh_views(self) -> list[tuple[ObfuscationAutomaton, list[TermSpec]]]:
+        return [(automaton.private_copy(), specs) for automaton, specs in self._views]
+
     def scan(self, text: str) -> list[TextMatch]:
-        """All matches in ``text``, overlapping ones included, sorted by (start, end, term)."""
-        found: list[TextMatch] = []
+        """All matches in ``text``, overlapping ones included, sorted by (start, end, term).
+
+        Thread-safe. With private automata (``shared=False``), a scan that finds one grown past ``node_limit``
+        first replaces them (scans in flight keep the ones they hold), and a scan that reaches an automaton's
+        node limit (``MAX_OBFUSCATION_DFA_STATES``) is run once more on fresh ones.
+
+        Raises:
+            RegexError: only a fresh automaton's node limit reached by this text alone (shared automata: the
+                limit reached, by this text or the ones before it).
+        """
         obfuscated: list[TextMatch] = []
         if self._views:
             norm, offsets = normalize_with_offsets(text)
-            for automaton, specs in self._views:
-                for term, start, end in automaton.scan(norm):
-                    spec = specs[term]
-                    obfuscated.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
+            views = self._views
+            if not self._shared and any(a.num_nodes > self._node_limit for a, _ in views):
+                views = self._views = self._fresh_views()
+            try:
+                obfuscated = self._scan_views(views, norm, offsets)
+            except RegexError:
+                if self._shared:
+                    raise
+                views = self._views = self._fresh_views()
+                obfuscated = self._scan_views(views, norm, offsets)
+        found: list[TextMatch] = []
         for case_sensitive, terms, allows, regexes, dfa in self._modes:
             norm, offsets = normalize_with_offsets(text, case_sensitive)
             if dfa is not None:  # allow-terms apply to plain substring terms only
@@ -157,6 +193,16 @@ class TextMatcher:
         literal = {(m.term, m.list_name, m.start) for m in found}
         found += [m for m in obfuscated if (m.term, m.list_name, m.start) not in literal]
         return sorted(set(found), key=lambda m: (m.start, m.end, m.term, m.list_name))
+
+    @staticmethod
+    def _scan_views(views: list[tuple[ObfuscationAutomaton, list[TermSpec]]], norm: str,
+                    offsets: Sequence[int]) -> list[TextMatch]:
+        found: list[TextMatch] = []
+        for automaton, specs in views:
+            for term, start, end in automaton.scan(norm):
+                spec = specs[term]
+                found.append(TextMatch(spec.text, spec.list_name, offsets[start], offsets[end - 1] + 1))
+        return found
 
     def __bool__(self) -> bool:  # noqa: D105
         return bool(self.terms)

@@ -64,7 +64,7 @@ class Scanner:
         """Every match in ``text``, overlapping ones too (CPU-bound: call from a worker thread)."""
         found = self.runtime.text_matcher(self.stored, self.obfuscation).scan(text) if self.stored else []
         if self.requested is not None:
-            found += TextMatcher([self.requested], obfuscation=self.obfuscation).scan(text)
+            found += TextMatcher([self.requested], obfuscation=self.obfuscation, shared=False).scan(text)
         return found
 
 

@@ -66,6 +66,13 @@ class ObfuscationAutomaton(RegexAutomaton):
         self._between = frozenset((JOINT_MARK, EMPHASIS_MARKER)) & self.marks
         super().__init__([(t.normalized, t.match) for t in self.terms], False, max_states, nfa=self.nfa)
 
+    def private_copy(self) -> ObfuscationAutomaton:
+        """A new automaton over the same NFA with no DFA node built yet: for a reader of untrusted text that
+        must neither grow the shared automaton (``compile_obfuscation_stream``) the decoder steps nor inherit
+        its size (:class:`~guardrail.matching.textmatch.TextMatcher` with ``shared=False``). Cheap: the NFA, the
+        costly part, is shared (read-only once built)."""
+        return ObfuscationAutomaton(self.terms, self.view.spaced, self.view.markup, self._max_states, nfa=self.nfa)
+
     def step(self, node: int, char: str) -> int:
         """As :meth:`RegexAutomaton.step`; a node's row is built under the automaton's lock (one automaton
         serves every artefact and text matcher with the same terms)."""
