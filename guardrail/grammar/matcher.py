@@ -93,7 +93,13 @@ def closing_tokens(vocab: TokenVocab) -> tuple[np.ndarray, np.ndarray]:
 def in_json_string(text: bytes) -> bool:
     """Whether ``text`` ends inside a JSON string: an odd number of quotes not escaped by a backslash (the markup
     around a tool call holds none; prose before it may, where the grammar is free and nothing needs closing)."""
-    inside = escaped = False
+    return string_state(text)[0]
+
+
+def string_state(text: bytes, state: tuple[bool, bool] = (False, False)) -> tuple[bool, bool]:
+    """``(inside, escaped)`` after reading ``text`` from ``state``: inside a JSON string, and after a backslash
+    there (so a path can be read token by token: :meth:`GrammarState.closing_path`)."""
+    inside, escaped = state
     for byte in text:
         if escaped:
             escaped = False
@@ -101,7 +107,7 @@ def in_json_string(text: bytes) -> bool:
             escaped = True
         elif byte == 0x22:
             inside = not inside
-    return inside
+    return inside, escaped
 
 
 _TOKENIZERS: dict[str, Any] = {}  # vocab fingerprint -> llguidance.LLTokenizer
@@ -419,7 +425,9 @@ class GrammarState:
         matcher = self.matcher.deep_copy()
         bitmask = np.zeros_like(self._bitmask)
         path: list[int] = []
-        text = b"".join(self._token_bytes[t] for t in self._tokens if 0 <= t < len(self._token_bytes))
+        token_bytes = self._token_bytes
+        # Read once, then token by token along the path (not the whole text again at each step of the path).
+        state = string_state(b"".join(token_bytes[t] for t in self._tokens if 0 <= t < len(token_bytes)))
         while not matcher.is_accepting():
             if len(path) >= limit or matcher.is_stopped() or matcher.is_error():
                 return None
@@ -428,7 +436,7 @@ class GrammarState:
                 token = int(ff[0])
             else:
                 matcher.unsafe_compute_mask_ptr(bitmask.ctypes.data, bitmask.nbytes)
-                closers = self._closers[0] if in_json_string(text) else self._closers[1]
+                closers = self._closers[0] if state[0] else self._closers[1]
                 hits = np.flatnonzero((bitmask[closers >> 5] >> (closers & 31)) & 1)
                 if len(hits):
                     token = int(closers[hits[0]])
@@ -441,7 +449,8 @@ class GrammarState:
             if not matcher.consume_token(token):
                 return None
             path.append(token)
-            text += self._token_bytes[token] if token < len(self._token_bytes) else b""
+            if token < len(token_bytes):
+                state = string_state(token_bytes[token], state)
         return path
 
     def close_within(self, scores: torch.Tensor, token_ids: Sequence[int], room: int) -> int | None:

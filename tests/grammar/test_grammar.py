@@ -9,10 +9,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from guardrail.engines.transformers.sampling import BanMask, TokenPicker
 from guardrail.grammar.format import ANY_OBJECT, StructuredOutput
-from guardrail.grammar.matcher import GrammarState, unpack_bitmask
+from guardrail.grammar.matcher import GrammarState, in_json_string, string_state, unpack_bitmask
 from guardrail.guard.session import KEEP, ROLLBACK, GuardSession
 from guardrail.matching.compiler import compile_artefact
 from guardrail.params import SamplingParams
@@ -339,3 +341,21 @@ def test_the_closing_path_writes_the_required_keys_left_at_their_smallest(smollm
     call = json.loads((text + _close(state, smollm2_tokenizer)).removeprefix("<tool_call>\n")
                       .removesuffix("\n</tool_call>"))
     assert call["arguments"] == {"name": "Ada Lovelace, the first programmer, who", "age": 0, "tags": []}
+
+
+@given(st.lists(st.sampled_from([b'"', b"\\", b"a", b" ", b'\\"', b'{"k": "', b"\xc3\xa9"]), max_size=30),
+       st.data())
+def test_string_state_read_in_pieces_equals_read_whole(pieces, data):
+    """closing_path reads the text once, then token by token: any split gives the state of the whole."""
+    text = b"".join(pieces)
+    cut = data.draw(st.integers(0, len(text)))
+    assert string_state(text[cut:], string_state(text[:cut])) == string_state(text)
+    inside = False  # the definition, read plainly: quotes toggle, a backslash inside a string skips one byte
+    index = 0
+    while index < len(text):
+        if text[index] == 0x5C and inside:
+            index += 2
+            continue
+        inside ^= text[index] == 0x22
+        index += 1
+    assert in_json_string(text) == inside
