@@ -25,7 +25,8 @@ from guardrail.wordlists.wordlist import WordList, WordListError, wordlist_diges
 #: look-alike symbols, one real letter in short terms, runs of censor characters, one-edit forms of long
 #: terms, emphasis read on the term side, decomposed accents, Arabic and Hebrew vowel marks dropped, halfwidth
 #: voiced kana composed.
-COMPILER_VERSION = 4
+#: 5: one-edit forms also swap a term's last two letters ("fukc", "shti").
+COMPILER_VERSION = 5
 
 
 def artefact_key(vocab: TokenVocab, wordlists: Sequence[WordList]) -> str:

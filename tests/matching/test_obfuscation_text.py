@@ -141,6 +141,18 @@ def test_one_edit_forms_of_long_terms_spare_real_words():
     assert found_terms(TextMatcher([wordlist_from_terms(["bastard"])], obfuscation=Obfuscation.parse("spaced")), "bastrd") == set()
 
 
+def test_one_edit_forms_swap_the_last_two_letters_too():
+    """Damerau's adjacent transposition at a term's end (``fukc``), under the same checks as the other edits."""
+    terms = ["fuck", "shit", "twat", "rape", "shota", "penis", "cunt"]
+    matcher = TextMatcher([wordlist_from_terms(terms)], obfuscation=Obfuscation.parse("masked"))
+    assert found_terms(matcher, "fukc this shti, you twta") == {"fuck", "shit", "twat"}
+    assert found_terms(matcher, "a raep joke") == {"rape"}
+    assert found_terms(matcher, "the farmer fed the shoat") == set()  # real words: shota, penis swapped at the end
+    assert found_terms(matcher, "pensi") == set()
+    assert found_terms(matcher, "cutn") == set()  # an edit in the first three letters that begins like "cut"
+    assert found_terms(TextMatcher([wordlist_from_terms(terms)], obfuscation=Obfuscation.parse("spaced")), "fukc") == set()
+
+
 def test_a_short_term_with_one_real_letter_is_caught_but_not_as_a_number():
     matcher = TextMatcher([wordlist_from_terms(["ass"])], obfuscation=Obfuscation.parse("leet"))
     assert found_terms(matcher, "kiss my a$$, 4ss and @ss") == {"ass"}

@@ -107,6 +107,19 @@ def test_a_hit_rolls_back_to_the_token_where_the_form_begins_and_nothing_release
     assert hits > 100
 
 
+@pytest.mark.parametrize(("text", "term"), [("what the fukc", "fuck"), ("total shti, honestly", "shit"),
+                                            ("a dikc move", "dick"), ("you twta!", "twat"), ("bithc", "bitch")])
+def test_the_last_two_letters_swapped_are_read_token_by_token(setup, text, term):
+    """The one-edit swap at a term's end is a path of the compiled automaton, not only of the text matcher:
+    canonical and split tokenizations report it."""
+    tokenizer, _, artefact, matcher = setup
+    assert {m.term for m in matcher.scan(text)} == {term}
+    rng = random.Random(len(text))
+    for ids in (tokenizer.encode(text, add_special_tokens=False), split_encode(tokenizer, text, rng)):
+        assert tokenizer.decode(ids) == text
+        assert terms_by_tokens(artefact, ids) == {term}, (text, ids)
+
+
 def test_hold_back_costs_little_on_clean_prose(setup):
     """On clean prose the obfuscation streams hold back about as much as the literal contract (a few characters
     at the end, never the whole text): what is releasable lags the text by less than a word on average."""

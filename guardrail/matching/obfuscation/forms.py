@@ -18,10 +18,11 @@ added:
   reaches the end must cover three letters or more (``a**`` is also the end of markdown bold, ``**plan a**``);
 - **a one-letter word beside a spaced form** (``spaced``): ``a f u c k``, ``s h i t a lot`` — unless the
   letter and the term spell a real word together (``a m o n g`` is not ``a`` + ``mong``);
-- **one edit** (``masked``): one letter dropped or two neighbours swapped in a term of :data:`MIN_EDIT_LETTERS`
-  letters or more, its first :data:`EDIT_KEEPS` letters and its last one kept (``masturbaton``, ``bastrd``,
-  ``pusy``, ``bolocks``) — unless the result is a real word (``bestiality`` for ``beastiality``), becomes one
-  with a doubled letter, or is another term of the stream.
+- **one edit** (``masked``): one letter dropped, never the first or the last (``masturbaton``, ``bastrd``,
+  ``pusy``, ``bolocks``), or two neighbours swapped, the last two included (``fcuk``, ``fukc``), in a term of
+  :data:`MIN_EDIT_LETTERS` letters or more — unless the result is a real word (``bestiality`` for
+  ``beastiality``), becomes one with a doubled letter, begins like common words with an edit in its first
+  :data:`EDIT_KEEPS` letters, or is another term of the stream.
 
 "Real word" is :func:`~guardrail.matching.obfuscation.lexicon.lexicon` (a dictionary plus the most frequent
 words of the bundled lists' languages; ``scripts/gen_lexicon.py``), so the exceptions come from data.
@@ -121,15 +122,18 @@ def censor_runs(terms: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
 
 def edits(term: str, match: MatchMode, others: frozenset[str] = frozenset()) -> tuple[tuple[str, int], ...]:
     """One-edit forms of a long ``term`` as ``(kind, i)``: ``("drop", i)`` drops letter ``i``, ``("swap", i)``
-    swaps letters ``i`` and ``i + 1``; the first :data:`EDIT_KEEPS` letters and the last one stay (readers rely
-    on a word's ends), minus forms that are real words (also with one letter doubled) or one of the stream's
-    other terms (``others``); ``()`` for terms under :data:`MIN_EDIT_LETTERS` letters."""
+    swaps letters ``i`` and ``i + 1``, the last two included (``fukc``); the first letter stays and the last is
+    never dropped (readers rely on a word's ends); an edit in the first :data:`EDIT_KEEPS` letters only where
+    the form does not begin like common words; minus forms that are real words (also with one letter doubled)
+    or one of the stream's other terms (``others``); ``()`` for terms under :data:`MIN_EDIT_LETTERS` letters."""
     if len(term) < MIN_EDIT_LETTERS or not term.isalpha():
         return ()
     found: list[tuple[str, tuple[str, int]]] = []
     for i in range(1, len(term) - 1):
         found.append((term[:i] + term[i + 1:], ("drop", i)))
-    for i in range(1, len(term) - 2):
+    # Inner neighbours, and the last two letters: an adjacent transposition is one of the four single errors
+    # behind most misspellings (Damerau 1964), and a deliberate spelling too ("fukc", "shti").
+    for i in range(1, len(term) - 1):
         found.append((term[:i] + term[i + 1] + term[i] + term[i + 2:], ("swap", i)))
     # An edit near the start must not make the form begin like ordinary text ("theesome" for "threesome"
     # begins like "the"): the decoder would hold back every "the" it writes (bench/obfuscation.py, costs).
