@@ -201,6 +201,25 @@ class Feed:
         self.tokens = tokens
 
 
+class Picked:
+    """What :meth:`Generation.steps` yields between a pick and the guard's judgement of it (:data:`PICKED`).
+
+    The batched engine runs every row to its pick first and only then every row's judgement, so that the
+    guard's Python (matcher, release) of all rows runs back to back, its data still in the CPU caches,
+    instead of after each row's own pick and processors evicted it. Resume the loop with ``next``; a
+    single-stream loop just goes on (:meth:`Generation.run` never yields it).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PICKED"
+
+
+#: The one :class:`Picked` marker.
+PICKED = Picked()
+
+
 class Generation(VerdictHandler):
     """One request's decode state on the transformers engine: kept logits, processors, picker, drafter and
     the loop; the guard state is its :class:`GuardSession` (:attr:`session`), the verdicts are applied
@@ -301,11 +320,12 @@ class Generation(VerdictHandler):
             if isinstance(item, Feed):
                 item = steps.send(mask.apply(kv.forward_all(item.tokens), [self]))
             else:
-                yield item
+                if item is not PICKED:
+                    yield cast(Event, item)
                 item = next(steps, None)
 
     def steps(self, kv: DecodeKV, logits: torch.Tensor, started: float, cached_tokens: int = 0
-              ) -> Generator[Event | Feed, torch.Tensor, None]:
+              ) -> Generator[Event | Feed | Picked, torch.Tensor, None]:
         """The decode loop after a prefill run elsewhere.
 
         Args:
@@ -315,8 +335,9 @@ class Generation(VerdictHandler):
             cached_tokens: prompt tokens loaded from a prefix cache (reported in :class:`Usage`).
 
         Returns:
-            A generator yielding events (:class:`TextDelta`, :class:`Rollback`, last one :class:`Finish`)
-            and a :class:`Feed` where it needs a forward pass; send it that pass's logits.
+            A generator yielding events (:class:`TextDelta`, :class:`Rollback`, last one :class:`Finish`),
+            a :class:`Feed` where it needs a forward pass (send it that pass's logits), and :data:`PICKED`
+            after each pick, before the guard judges it (resume it with ``next``).
         """
         self.kv = kv
         self.logits[0] = logits
@@ -325,7 +346,7 @@ class Generation(VerdictHandler):
         return self._loop()
 
     # -- the loop ---------------------------------------------------------------------------------------
-    def _loop(self) -> Generator[Event | Feed, torch.Tensor, None]:
+    def _loop(self) -> Generator[Event | Feed | Picked, torch.Tensor, None]:
         driver = self.driver
         while True:
             reason = driver.stop_reason()  # cancelled, or past the deadline
@@ -337,6 +358,7 @@ class Generation(VerdictHandler):
                 yield from self._finished("content_filter")
                 return
             picked = self._pick_logprobs(token) if self.raw_logprobs is not None else None
+            yield PICKED  # the batched engine judges every row's pick after all rows picked
             kind = driver.judge(token, self, picked)
             if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
                 yield from self._drain()
