@@ -31,8 +31,8 @@ from typing import Any
 
 from guardrail.guard.events import Event, Finish, FinishReason, Usage
 from guardrail.guard.logprobs import PickLogprobs
-from guardrail.guard.session import GuardSession
-from guardrail.guard.verdict import StepKind, VerdictHandler, judge, judge_end
+from guardrail.guard.session import GuardSession, Step
+from guardrail.guard.verdict import StepKind, VerdictHandler, apply_step, judge, judge_end
 
 __all__ = ["DecodeDriver"]
 
@@ -96,6 +96,22 @@ class DecodeDriver:
             ValueError: the session wants logprobs and none were given.
         """
         return judge(self.session, token_id, handler, logprobs)
+
+    def accept(self, token_id: int, logprobs: PickLogprobs | None = None) -> Step:
+        """:meth:`judge`'s first half: the session's verdict on ``token_id`` (:meth:`GuardSession.accept`), for
+        an engine that runs every row's guard before it acts on any verdict; act on it with :meth:`apply`.
+
+        Raises:
+            RuntimeError: the session already finished.
+            ValueError: the session wants logprobs and none were given.
+        """
+        return self.session.accept(token_id, logprobs)
+
+    @staticmethod
+    def apply(step: Step, token_id: int, handler: VerdictHandler) -> StepKind:
+        """:meth:`judge`'s second half: ``step`` (from :meth:`accept` of ``token_id``) applied through
+        ``handler`` (:func:`guardrail.guard.verdict.apply_step`). Returns the step's kind."""
+        return apply_step(step, token_id, handler)
 
     def judge_end(self, handler: VerdictHandler, reason: FinishReason = "length") -> StepKind:
         """The engine ended the text by itself (its own length, an upstream's stop):

@@ -82,6 +82,8 @@ class TextBuffer:
     def stop_cuts(self) -> list[int]:
         """Byte offsets where a stop string may begin that the text so far does not complete: each is a
         suffix of the text that is a proper prefix of a stop string. Ascending."""
+        if not self._stops:  # most requests: nothing to scan
+            return []
         cuts = []
         size = len(self.data)
         for length in range(min(self._longest_stop - 1, size), 0, -1):
@@ -97,7 +99,7 @@ class TextBuffer:
         ``bytes.decode(errors="replace")`` does, and as the matcher saw it).
         """
         limit = min(limit, len(self.data))
-        if limit < self.released:
+        if limit < self.released or (limit == self.released and not final):  # held back: no decoder call
             return ""
         chunk = self._decoder.decode(bytes(self.data[self.released:limit]), final)
         self.released = limit

@@ -673,10 +673,10 @@ class GuardSession(GuardState):
         ``reach[k]`` was computed with.
         """
         text = self.text
-        cuts = text.stop_cuts()
+        cuts = text.stop_cuts()  # [] without stop strings (most requests): the short paths below
         if self.matcher is None:
             self.frontier = self.position
-            return min([text.end(self.position), *cuts])
+            return min([text.end(self.position), *cuts]) if cuts else text.end(self.position)
         reach = self._reach
         limit = reach[-1]
         for cut in cuts:
@@ -687,7 +687,7 @@ class GuardSession(GuardState):
         while reach[clean] != clean:
             clean -= 1
         self.frontier = clean
-        return min([text.end(clean), *cuts])
+        return min([text.end(clean), *cuts]) if cuts else text.end(clean)
 
     def _probe_cut(self, cut: int) -> tuple[int, Hit | None, Escalation | None]:
         """If the answer ended at byte ``cut``: the releasable count of that text (whole tokens), the

@@ -104,6 +104,9 @@ class Artefact:
         self._completing: dict[int, np.ndarray] = {}
         self._continuations: list[dict[int, frozenset[str]]] | None = None
         self._start_candidates: np.ndarray | None = table.begin_candidates
+        # Per state id (never cleared: a state id keeps its meaning, and states are few next to transitions).
+        self._pending_memo: dict[int, bool] = {}
+        self._lookback_memo: dict[int, tuple[int, ...]] = {}
 
     # -- the table's parts (read-only) --------------------------------------------------------------
     @property
@@ -174,12 +177,20 @@ class Artefact:
         return self._states[state_id][1:]
 
     def has_pending_bytes(self, state_id: int) -> bool:
-        """See :meth:`ArtefactTable.has_pending_bytes`."""
-        return self.table.has_pending_bytes(self._states[state_id])
+        """See :meth:`ArtefactTable.has_pending_bytes` (memoised per state: asked at every kept token)."""
+        found = self._pending_memo.get(state_id)
+        if found is None:
+            # No lock: the value is a function of the interned state, so two threads store the same one.
+            found = self._pending_memo[state_id] = self.table.has_pending_bytes(self._states[state_id])
+        return found
 
     def lookback(self, state_id: int) -> tuple[int, ...]:
-        """Per stream, how many of the latest symbols a future match could still start in."""
-        return self.table.lookback(self._states[state_id])
+        """Per stream, how many of the latest symbols a future match could still start in (memoised per
+        state, like :meth:`has_pending_bytes`; all zeros after most prose tokens)."""
+        found = self._lookback_memo.get(state_id)
+        if found is None:
+            found = self._lookback_memo[state_id] = self.table.lookback(self._states[state_id])
+        return found
 
     def root_candidates(self, stream: int, nodes: set[int]) -> Iterator[int]:
         """Token ids whose text, read from the text start, ends with the string of one of ``nodes``

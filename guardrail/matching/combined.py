@@ -65,6 +65,7 @@ class CombinedArtefact:
         self._memo_size = 0
         self._finish_memo: dict[int, Transition] = {}
         self._completing: dict[int, np.ndarray] = {}
+        self._lookback_memo: dict[int, tuple[int, ...]] = {}  # per combined state id (never cleared)
 
     @property
     def num_states(self) -> int:
@@ -85,8 +86,12 @@ class CombinedArtefact:
         return self.first.has_pending_bytes(self._pairs[state_id][0])
 
     def lookback(self, state_id: int) -> tuple[int, ...]:
-        a, b = self._pairs[state_id]
-        return self.first.lookback(a) + self.second.lookback(b)
+        """The components' lookbacks, one after the other (memoised per combined state)."""
+        found = self._lookback_memo.get(state_id)
+        if found is None:
+            a, b = self._pairs[state_id]
+            found = self._lookback_memo[state_id] = self.first.lookback(a) + self.second.lookback(b)
+        return found
 
     def root_candidates(self, stream: int, nodes: set[int]) -> Iterator[int]:
         """As :meth:`Artefact.root_candidates`, for a combined stream index."""

@@ -124,10 +124,11 @@ class TokenMatcher:
         lookback = self.artefact.lookback(self._states[-1])
         limit = len(self._tokens)
         for cumulative, back in zip(self._cumulative, lookback):
-            earliest = cumulative[-1] - back
-            # Tokens [0, r) end at or before the earliest symbol a match can still start at.
-            limit = min(limit, bisect_right(cumulative, earliest) - 1)
-        while limit > 0 and not self._clean[limit]:
+            if back:  # 0 (no match in progress, most prose tokens): every token so far is outside one
+                # Tokens [0, r) end at or before the earliest symbol a match can still start at.
+                limit = min(limit, bisect_right(cumulative, cumulative[-1] - back) - 1)
+        clean = self._clean
+        while limit > 0 and not clean[limit]:
             limit -= 1
         return limit
 

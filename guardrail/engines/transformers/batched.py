@@ -15,9 +15,11 @@ event and kept logits), unchanged: the row drives :meth:`Generation.steps` and r
    takes several steps while running rows keep streaming; a finished group joins the batch cache and puts
    its prompts' heads in the prefix cache. A burst of 8 chat requests costs one prefill pass, not 8, which
    is what keeps the time to first token at 8 streams near that of one (bench/batching.py);
-2. lets every running row pick from its kept logits until it keeps a token (rollbacks re-pick from the
-   kept logits of their target: no forward pass; the row's cache columns past it become holes,
-   :meth:`BatchKVCache.rollback_to`) or finishes (the row leaves the batch);
+2. lets every running row pick from its kept logits, then every row's guard judge its pick, until each
+   keeps a token (rollbacks re-pick from the kept logits of their target: no forward pass; the row's cache
+   columns past it become holes, :meth:`BatchKVCache.rollback_to`) or finishes (the row leaves the batch).
+   All picks come first, then all guards' verdicts, then the engine's actions, so that the guards' work runs
+   back to back, cache-warm (issue 29);
 3. runs ONE forward pass over the batch with the kept token of every running row, and masks the guard's ids
    of every row's next position in ONE write (:class:`~guardrail.engines.transformers.sampling.BatchBanMask`,
    the batch-level guard step of :mod:`guardrail.guard.batch`).
@@ -62,7 +64,7 @@ from guardrail.engines.transformers.batch_cache import (
     BatchKVCache,
     Prefill,
 )
-from guardrail.engines.transformers.decoder import Feed, Generation, StreamingDecoder
+from guardrail.engines.transformers.decoder import JUDGED, PICKED, Feed, Generation, Marker, StreamingDecoder
 from guardrail.engines.transformers.kv_cache import has_sliding_layers
 from guardrail.engines.transformers.prefix_cache import (
     BLOCK_TOKENS,
@@ -164,7 +166,7 @@ class _BatchRow:
         self.kv: _RowKV | None = None  # set by start()
         self.feed: Feed | None = None  # what this row feeds in the step's forward pass
         self.next_logits: torch.Tensor | None = None  # what that pass returned for it, (fed tokens, vocab)
-        self.loop: Generator[Event | Feed, torch.Tensor, None] | None = None
+        self.loop: Generator[Event | Feed | Marker, torch.Tensor, None] | None = None
 
     def start(self, cache: BatchKVCache, prefill_passes: int, logits: torch.Tensor) -> None:
         """Begin decoding after the prefill: ``logits`` ``(1, vocab)`` are the next-token logits of the prompt."""
@@ -294,20 +296,17 @@ class BatchedDecoder:
         events: list[tuple[Request, Event]] = []
         self._admit(events)
         self._prefill()
-        feeding: list[_BatchRow] = []
-        for row in list(self._running):
-            try:
-                keeps = self._advance(row, events)
-            except _SharedCacheError as exc:  # the shared cache, not the row: every request ends (_drive)
-                raise cast("Exception", exc.__cause__) from None
-            except Exception as exc:  # noqa: BLE001 - the row's own work: only its request ends
-                self._fail_row(row, exc)
-                continue
-            if keeps:
-                feeding.append(row)
-            else:
-                self._running.remove(row)
-                cache.leave(row)
+        # Every row picks, then every row's guard judges its pick, then every verdict is applied (the loop
+        # yields PICKED and JUDGED in between): the guards' Python runs back to back, its data still in the
+        # CPU caches, instead of between each row's own pick and bookkeeping, which evict it (issue 29). A
+        # row's events stay in its order; the step's are in row order.
+        running = list(self._running)
+        outs: list[list[tuple[Request, Event]]] = [[] for _ in running]
+        picked = [i for i, row in enumerate(running) if self._run(row, outs[i], PICKED)]
+        judged = [i for i in picked if self._run(running[i], outs[i], JUDGED)]
+        feeding = [i for i in judged if self._run(running[i], outs[i], None)]
+        for out in outs:
+            events += out
         if deliver is not None:  # before the pass: released text reaches its client a pass earlier
             deliver(events)
             events = []
@@ -427,25 +426,59 @@ class BatchedDecoder:
                 except Exception as exc:  # noqa: BLE001 - the row's own work: only its request ends
                     self._fail_row(row, exc)
 
-    def _advance(self, row: _BatchRow, events: list[tuple[Request, Event]]) -> bool:
-        """Run ``row`` until it keeps a token (True) or finishes (False), collecting its events."""
+    def _run(self, row: _BatchRow, events: list[tuple[Request, Event]], until: Marker | None) -> bool:
+        """:meth:`_advance` ``row``; a row that finishes leaves the batch and the cache, one that fails alone
+        leaves through :meth:`_fail_row`. Returns whether it is still running.
+
+        Raises:
+            Exception: the shared cache failed in the row's rollback (:class:`_SharedCacheError`'s cause).
+        """
+        try:
+            running = self._advance(row, events, until)
+        except _SharedCacheError as exc:  # the shared cache, not the row: every request ends (_drive)
+            raise cast("Exception", exc.__cause__) from None
+        except Exception as exc:  # noqa: BLE001 - the row's own work: only its request ends
+            self._fail_row(row, exc)
+            return False
+        if not running:
+            self._running.remove(row)
+            cache = self.cache
+            assert cache is not None, "a batched decoder holds a BatchKVCache"
+            cache.leave(row)
+        return running
+
+    def _advance(self, row: _BatchRow, events: list[tuple[Request, Event]], until: Marker | None) -> bool:
+        """Run ``row``'s loop on to the marker ``until`` (:data:`PICKED`: from the last forward pass to the next
+        pick; :data:`JUDGED`: through the guard's verdict on it), or with ``None`` until it keeps a token
+        (applying the verdict; a rollback picks and judges again), collecting its events. Returns False when
+        it finished instead."""
         request = row.request
-        sent, row.next_logits, row.feed = row.next_logits, None, None
         steps = row.loop
         assert steps is not None, "set by start()"
         try:
-            item = steps.send(sent) if sent is not None else next(steps)
-            while not isinstance(item, Feed):
-                events.append((request, item))
-                if isinstance(item, Finish):
-                    request.finished = True
-                elif request.first_token_at is None and isinstance(item, TextDelta):
-                    request.first_token_at = time.perf_counter()
+            if until is PICKED:  # the step's first run of the row: from the pass (or the start)
+                sent, row.next_logits, row.feed = row.next_logits, None, None
+                item = steps.send(sent) if sent is not None else next(steps)
+            elif row.feed is not None:  # it already asked for its forward pass this step
+                return True
+            else:
+                item = next(steps)
+            while True:
+                if isinstance(item, Feed):
+                    row.feed = item
+                    return True
+                if isinstance(item, Marker):
+                    if item is until:
+                        return True
+                else:
+                    events.append((request, item))
+                    if isinstance(item, Finish):
+                        request.finished = True
+                    elif request.first_token_at is None and isinstance(item, TextDelta):
+                        request.first_token_at = time.perf_counter()
                 item = next(steps)
         except StopIteration:
             return False
-        row.feed = item
-        return True
 
     def _fail_row(self, row: _BatchRow, exc: Exception) -> None:
         """``row``'s own work raised (its loop or its start): it leaves the batch and the cache, and its

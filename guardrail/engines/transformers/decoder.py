@@ -15,7 +15,9 @@ the processors and the loop. One step (docs/design.md, "The decode step")::
          mask and pick again                                                  GrammarState.pick
       -> only when the request asked for logprobs: the pick's raw logprob and top-k    Generation._pick_logprobs
          (log_softmax of the logits of p before any processor or ban, computed once per position)
-      -> driver.judge(token, generation): every pick, including the re-pick after a rollback
+      -> driver.accept(token), then driver.apply(step, token, generation) (driver.judge in two halves, so
+         that the batched engine runs every row's guard between all picks and all verdicts: PICKED and
+         JUDGED): every pick, including the re-pick after a rollback
          (guardrail.guard.driver.DecodeDriver, the loop end every engine shares: before each pick it asks
          stop_reason() — cancel, deadline — and its finish() ends the text; the session's verdict is applied
          through Generation's handler methods)
@@ -201,6 +203,31 @@ class Feed:
         self.tokens = tokens
 
 
+class Marker:
+    """What :meth:`Generation.steps` yields between the parts of one step: :data:`PICKED` after a pick, before
+    the guard judges it, and :data:`JUDGED` after the guard's verdict, before the engine acts on it.
+
+    The batched engine runs every row to its pick, then every row's guard, then every row's verdict, so that
+    the guards' Python (matcher, release) runs back to back, its data still in the CPU caches, instead of
+    between each row's own pick, processors and bookkeeping, which evict it (issue 29). Resume the loop with
+    ``next``; a single-stream loop just goes on (:meth:`Generation.run` never yields one).
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: The loop picked a token; next it asks the guard (``GuardSession.accept``).
+PICKED = Marker("PICKED")
+#: The guard judged the pick; next the verdict is applied (keep: a :class:`Feed`; rollback: a pick again).
+JUDGED = Marker("JUDGED")
+
+
 class Generation(VerdictHandler):
     """One request's decode state on the transformers engine: kept logits, processors, picker, drafter and
     the loop; the guard state is its :class:`GuardSession` (:attr:`session`), the verdicts are applied
@@ -301,11 +328,12 @@ class Generation(VerdictHandler):
             if isinstance(item, Feed):
                 item = steps.send(mask.apply(kv.forward_all(item.tokens), [self]))
             else:
-                yield item
+                if not isinstance(item, Marker):
+                    yield item
                 item = next(steps, None)
 
     def steps(self, kv: DecodeKV, logits: torch.Tensor, started: float, cached_tokens: int = 0
-              ) -> Generator[Event | Feed, torch.Tensor, None]:
+              ) -> Generator[Event | Feed | Marker, torch.Tensor, None]:
         """The decode loop after a prefill run elsewhere.
 
         Args:
@@ -315,8 +343,10 @@ class Generation(VerdictHandler):
             cached_tokens: prompt tokens loaded from a prefix cache (reported in :class:`Usage`).
 
         Returns:
-            A generator yielding events (:class:`TextDelta`, :class:`Rollback`, last one :class:`Finish`)
-            and a :class:`Feed` where it needs a forward pass; send it that pass's logits.
+            A generator yielding events (:class:`TextDelta`, :class:`Rollback`, last one :class:`Finish`),
+            a :class:`Feed` where it needs a forward pass (send it that pass's logits), and the
+            :class:`Marker` objects :data:`PICKED` (after each pick) and :data:`JUDGED` (after the guard's
+            verdict on it; resume it with ``next``).
         """
         self.kv = kv
         self.logits[0] = logits
@@ -325,7 +355,7 @@ class Generation(VerdictHandler):
         return self._loop()
 
     # -- the loop ---------------------------------------------------------------------------------------
-    def _loop(self) -> Generator[Event | Feed, torch.Tensor, None]:
+    def _loop(self) -> Generator[Event | Feed | Marker, torch.Tensor, None]:
         driver = self.driver
         while True:
             reason = driver.stop_reason()  # cancelled, or past the deadline
@@ -337,7 +367,10 @@ class Generation(VerdictHandler):
                 yield from self._finished("content_filter")
                 return
             picked = self._pick_logprobs(token) if self.raw_logprobs is not None else None
-            kind = driver.judge(token, self, picked)
+            yield PICKED  # the batched engine runs the guards once every row picked ...
+            step = driver.accept(token, picked)
+            yield JUDGED  # ... and the verdicts once every guard judged
+            kind = driver.apply(step, token, self)
             if self._out:  # most kept tokens release nothing yet (hold-back): no generator for them
                 yield from self._drain()
             if kind == FINISH:

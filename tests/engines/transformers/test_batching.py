@@ -203,3 +203,49 @@ def test_stream_from_many_threads_is_a_drop_in_for_the_single_stream_decoder(dec
     assert max(batched.batch_sizes) > 1  # the threads' requests shared forward passes
     for index in range(4):
         assert contract(results[index]) == contract(alone[index])
+
+
+def test_every_row_picks_then_every_guard_judges_then_every_verdict_applies(decoder, jobs, monkeypatch):
+    """Issue 29: in each step all running rows pick, then all their guards judge (``GuardSession.accept``), then
+    all verdicts are applied, so that the guards run back to back; rollbacks re-pick and judge after that. The
+    single-stream decoder never hands the step markers out."""
+    from guardrail.engines.transformers.decoder import Generation
+    from guardrail.guard.events import Event
+    from guardrail.guard.session import GuardSession
+
+    log: list[tuple[str, int]] = []
+    pick, accept, emit = Generation._pick, GuardSession.accept, Generation.emit
+
+    def logged_pick(self):
+        log.append(("pick", id(self.session)))
+        return pick(self)
+
+    def logged_accept(self, token, logprobs=None):
+        log.append(("accept", id(self)))
+        return accept(self, token, logprobs)
+
+    def logged_emit(self, events):
+        log.append(("verdict", id(self.session)))
+        return emit(self, events)
+
+    monkeypatch.setattr(Generation, "_pick", logged_pick)
+    monkeypatch.setattr(GuardSession, "accept", logged_accept)
+    monkeypatch.setattr(Generation, "emit", logged_emit)
+    batched = BatchedDecoder(decoder, max_batch=8)
+    for job in jobs[:8]:
+        batched.submit(*job)
+    steps, rolled_back = 0, False
+    while not batched.idle:
+        log.clear()
+        events = batched.step()
+        rolled_back |= any(isinstance(e, Rollback) for _, e in events)
+        firsts: dict[str, dict[int, int]] = {"pick": {}, "accept": {}, "verdict": {}}
+        for index, (kind, row) in enumerate(log):
+            firsts[kind].setdefault(row, index)
+        if len(firsts["verdict"]) > 1:
+            steps += 1
+            assert max(firsts["pick"].values()) < min(firsts["accept"].values())
+            assert max(firsts["accept"].values()) < min(firsts["verdict"].values())
+    assert steps > 5 and rolled_back
+    alone = list(decoder.stream(*jobs[0]))
+    assert all(isinstance(event, Event) for event in alone)
