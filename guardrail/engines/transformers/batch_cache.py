@@ -60,10 +60,11 @@ DEFAULT_COMPACT_AT = 64
 #: 512 takes the usual chat burst (8 prompts of < 64 tokens after the cached head) in one pass.
 DEFAULT_PREFILL_CHUNK = 512
 #: Whether this transformers slices a 2-D integer ``logits_to_keep`` per row (``(rows, n)`` column indices,
-#: ``modeling_utils.slice_logits_to_keep``, transformers >= 5.21). Before 5.21 every model indexed
-#: ``hidden_states[:, logits_to_keep]``: a 2-D tensor then gives ``(rows, rows, n, vocab)`` logits (each row at
-#: every row's column), so :class:`Prefill` passes the chunk's distinct last columns as a 1-D tensor instead
-#: (``(rows, distinct columns, vocab)`` logits: more of the output projection, the same values).
+#: ``modeling_utils.slice_logits_to_keep``, transformers >= 5.21; BioGPT and CSM still do not in 5.23). Before
+#: 5.21 the models indexed ``hidden_states[:, logits_to_keep]``: a 2-D tensor then gives ``(rows, rows, n,
+#: vocab)`` logits (each row at every row's column), so :class:`Prefill` passes the chunk's distinct last
+#: columns as a 1-D tensor instead: ``(rows, distinct columns, vocab)`` logits, the same values for more of
+#: the output projection (SmolLM2, 8 rows of 4-11 new tokens each: 217 ms a pass instead of 190 on 2 cores).
 PER_ROW_LOGITS_TO_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
 
 
