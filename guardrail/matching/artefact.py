@@ -60,12 +60,17 @@ class Transition(NamedTuple):
         symbols: symbols emitted per stream.
         lead: per stream, symbols emitted by the token's first character when that character's first
             bytes came from earlier tokens (split UTF-8); 0 otherwise.
+        quiet: the next state has no match in progress on any stream (lookback 0) and no pending bytes:
+            every token so far is releasable and the boundary after this token is clean. Carried here so
+            that the per-token path of most prose tokens reads no per-state memo (``False`` is always
+            safe: the matcher then asks :meth:`Artefact.lookback` and :meth:`Artefact.has_pending_bytes`).
     """
 
     state: int
     hits: tuple[tuple[int, int, int], ...]
     symbols: tuple[int, ...]
     lead: tuple[int, ...]
+    quiet: bool = False
 
 
 
@@ -282,7 +287,12 @@ class Artefact:
 
     def _transition(self, step: Step) -> Transition:
         next_state = ROOT_STATE if step.state is None else self._intern(step.state)
-        return Transition(next_state, step.hits, step.symbols, step.lead)
+        return Transition(next_state, step.hits, step.symbols, step.lead, self.quiet(next_state))
+
+    def quiet(self, state_id: int) -> bool:
+        """No match in progress on any stream and no pending bytes in ``state_id`` (see
+        :attr:`Transition.quiet`)."""
+        return not any(self.lookback(state_id)) and not self.has_pending_bytes(state_id)
 
     # -- the mask primitive -------------------------------------------------------------------------
     def completing_tokens(self, state_id: int) -> np.ndarray:
