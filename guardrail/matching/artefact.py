@@ -259,6 +259,14 @@ class Artefact:
                 self._memo_size += 1
         return found
 
+    def memoised(self, state_id: int, token_id: int) -> bool:
+        """Whether :meth:`transition` of this pair is a memo lookup (visited before), not a computation.
+
+        Raises:
+            IndexError: if ``state_id`` was never returned by this artefact.
+        """
+        return token_id in self._memo[state_id]
+
     def finish(self, state_id: int) -> Transition:
         """End of text: flush an unfinished UTF-8 character (as U+FFFD), close word boundaries and
         confirm pending allow-term decisions."""

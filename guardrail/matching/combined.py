@@ -120,6 +120,11 @@ class CombinedArtefact:
             self._memo_size += 1
         return found
 
+    def memoised(self, state_id: int, token_id: int) -> bool:
+        """Whether :meth:`transition` of this pair is a lookup in this product's memo (see
+        :meth:`Artefact.memoised`)."""
+        return token_id in self._memo[state_id]
+
     def finish(self, state_id: int) -> Transition:
         """End of text in both components (see :meth:`Artefact.finish`)."""
         found = self._finish_memo.get(state_id)

@@ -80,6 +80,11 @@ class TokenMatcher:
         """Token ids pushed so far (a copy)."""
         return list(self._tokens)
 
+    @property
+    def state(self) -> int:
+        """The artefact's state id after the pushed tokens (``ROOT_STATE`` before any)."""
+        return self._states[-1]
+
     def push(self, token_id: int) -> Hit | None:
         """Append ``token_id`` unless it completes a banned term.
 
