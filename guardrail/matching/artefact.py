@@ -19,7 +19,7 @@ The table needs no lock: nothing in it changes after construction.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +30,7 @@ from guardrail.matching.artefact_table import (
     RootSweep,
     Step,
     StreamAutomaton,
+    root_texts,
 )
 from guardrail.matching.automaton import Automaton, StreamState
 from guardrail.matching.obfuscation.automaton import ObfuscationAutomaton
@@ -266,6 +267,47 @@ class Artefact:
             IndexError: if ``state_id`` was never returned by this artefact.
         """
         return token_id in self._memo[state_id]
+
+    def fill_memo(self, state_ids: Iterable[int]) -> int:
+        """Memoise, in bulk, every transition from each of ``state_ids`` that a sweep describes exactly (what
+        :meth:`transition` would compute on each token's first visit, one at a time). Returns the pairs added.
+
+        Only the states :meth:`sweepable_states` lists take part (the text start; with only plain streams, the
+        states with no match in progress: after a word character, after a space, where most tokens of prose are
+        read); others, and artefacts without an exact sweep (an obfuscation stream, ``lazy``), add nothing
+        (:meth:`ArtefactTable.quiet_step_groups`). ~0.05 s per state for SmolLM2's 49,152 ids, ~0.3 s for
+        Gemma 3's 262,144 (2 cores). Thread-safe; :func:`~guardrail.matching.memo_warmup.warm_memo` calls it.
+
+        Raises:
+            IndexError: if a state id was never returned by this artefact.
+        """
+        table = self.table
+        ids = list(state_ids)
+        states = [self._states[state_id] for state_id in ids]
+        # Decoded once for every state swept from its flags (the text start reads the stored sweep).
+        texts = (root_texts(self.vocab.token_bytes)
+                 if any(s != table.root_state and table.sweepable(s) for s in states) else None)
+        total = 0
+        for state_id, state in zip(ids, states):
+            groups = table.quiet_step_groups(state, texts)
+            added = 0
+            with self._lock:
+                row = self._memo[state_id]
+                for step, token_ids in groups:
+                    transition = self._transition(step)
+                    for token_id in token_ids.tolist():
+                        if token_id not in row:
+                            row[token_id] = transition
+                            added += 1
+                self._memo_size += added
+            total += added
+        return total
+
+    def sweepable_states(self) -> list[int]:
+        """Interned states :meth:`fill_memo` can fill (:meth:`ArtefactTable.sweepable`): the text start, and with
+        only plain streams, the states with no match in progress (after a word character, after a space)."""
+        sweepable = self.table.sweepable
+        return [state_id for state_id, state in enumerate(list(self._states)) if sweepable(state)]
 
     def finish(self, state_id: int) -> Transition:
         """End of text: flush an unfinished UTF-8 character (as U+FFFD), close word boundaries and

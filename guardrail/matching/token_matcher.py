@@ -62,6 +62,7 @@ class TokenMatcher:
 
     def __init__(self, artefact: ArtefactLike):
         self.artefact = artefact
+        self._transition = artefact.transition  # bound once: push runs per generated token
         self._states = [ROOT_STATE]
         self._tokens: list[int] = []
         # One record per pushed token (its transition: symbols, lead, quiet); the per-stream cumulative symbol
@@ -92,7 +93,7 @@ class TokenMatcher:
             ``None`` when the token was appended; otherwise the :class:`Hit` (the token is *not*
             appended; when several terms complete, the one that began earliest).
         """
-        transition = self.artefact.transition(self._states[-1], token_id)
+        transition = self._transition(self._states[-1], token_id)
         if transition.hits:
             return self._earliest_hit(transition, token_id)
         self._states.append(transition.state)
