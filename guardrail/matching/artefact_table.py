@@ -363,7 +363,8 @@ class ArtefactTable:
             node, symbols, flags, pending_bytes = sweep.node, sweep.symbols, sweep.flags, sweep.pending_bytes
         else:
             decoded, pending_bytes = root_texts(self.vocab.token_bytes) if texts is None else texts
-            reads = [sweep_automaton(a, decoded, s.prev_word, s.prev_space) for a, s in zip(self.automata, state[1:])]
+            plain = [a for a in self.automata if isinstance(a, Automaton)]  # all of them (sweepable)
+            reads = [sweep_automaton(a, decoded, s.prev_word, s.prev_space) for a, s in zip(plain, state[1:])]
             node, symbols, flags = (np.stack([getattr(read, field) for read in reads])
                                     for field in ("node", "symbols", "flags"))
         ids = np.flatnonzero(np.all(flags & 4, axis=0) & (pending_bytes == 0))
