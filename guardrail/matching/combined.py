@@ -150,7 +150,8 @@ class CombinedArtefact:
     def _join(self, one: Transition, two: Transition) -> Transition:
         hits = one.hits + tuple((term + self._term_offset, stream + self._stream_offset, start)
                                 for term, stream, start in two.hits)
-        return Transition(self._intern((one.state, two.state)), hits, one.symbols + two.symbols, one.lead + two.lead)
+        return Transition(self._intern((one.state, two.state)), hits, one.symbols + two.symbols, one.lead + two.lead,
+                          one.quiet and two.quiet)
 
     def _intern(self, pair: tuple[int, int]) -> int:
         state_id = self._pair_ids.get(pair)

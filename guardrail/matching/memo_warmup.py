@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardrail.matching.artefact import Artefact
 from guardrail.matching.combined import ArtefactLike
 from guardrail.matching.token_matcher import TokenMatcher
 from guardrail.matching.vocab import TokenVocab
@@ -50,6 +51,9 @@ class WarmStats:
         hits: tokens that completed a term (rolled back and skipped); 0 with the bundled corpus.
         paragraphs: paragraphs pushed, each from the text start.
         seconds: wall time, tokenization included.
+        swept_pairs: transitions memoised in bulk after the corpus, from the states a sweep can read the vocab
+            from (:meth:`Artefact.fill_memo <guardrail.matching.artefact.Artefact.fill_memo>`; 0 where none can:
+            an obfuscation or regex stream).
     """
 
     tokens: int
@@ -57,6 +61,7 @@ class WarmStats:
     hits: int
     paragraphs: int
     seconds: float
+    swept_pairs: int = 0
 
 
 class GreedyTokenizer:
@@ -176,4 +181,8 @@ def warm_memo(artefact: ArtefactLike, *, corpus: str | None = None,
                 matcher.rollback_to(hit.start_token)
                 continue
             matcher.releasable()
-    return WarmStats(tokens, pairs, hits, chunks, time.perf_counter() - started)
+    # Then, where a sweep can read the vocab (level ``off``), every token from the states with no match in progress
+    # that the corpus reached (the text start, after a word character, after a space: most of prose's steps),
+    # not only the corpus' tokens.
+    filled = artefact.fill_memo(artefact.sweepable_states()) if isinstance(artefact, Artefact) else 0
+    return WarmStats(tokens, pairs, hits, chunks, time.perf_counter() - started, filled)

@@ -149,3 +149,38 @@ def test_memoised_tells_a_visited_pair_from_a_new_one(en_artefact):
         artefact.transition(matcher.state, token_id)
         assert artefact.memoised(matcher.state, token_id)
         assert matcher.push(token_id) is None
+
+
+def _same_transition(one: Artefact, two: Artefact, state_one: int, state_two: int, token_id: int) -> None:
+    a, b = one.transition(state_one, token_id), two.transition(state_two, token_id)
+    assert (a.hits, a.symbols, a.lead, a.quiet) == (b.hits, b.symbols, b.lead, b.quiet), token_id
+    assert one.stream_states(a.state) == two.stream_states(b.state), token_id
+
+
+def test_memo_filled_in_bulk_is_what_each_token_computes(smollm2_vocab):
+    """Every token of the vocab from each state a sweep reads the vocab from (the text start, after a word
+    character, after a space): the bulk fill gives the transition a fresh artefact computes on that pair's first
+    visit (level ``off``: only plain streams)."""
+    lists = with_obfuscation([bundled_wordlist("en")], Obfuscation.parse("off"))
+    filled, fresh = compile_artefact(smollm2_vocab, lists), compile_artefact(smollm2_vocab, lists)
+    matcher = TokenMatcher(filled)
+    for token_id in GreedyTokenizer(smollm2_vocab).encode("Hello there,  world"):  # reach the other quiet states
+        assert matcher.push(token_id) is None
+    states = filled.sweepable_states()
+    flags = {(s.prev_word, s.prev_space) for state in states for s in filled.stream_states(state)}
+    assert flags == {(False, False), (True, False), (False, True)}
+    for state in states:
+        added = filled.fill_memo([state])
+        assert added > len(smollm2_vocab.token_bytes) // 2  # most transitions from a quiet state are exact
+        assert filled.fill_memo([state]) == 0  # all memoised already
+        twin = fresh._intern(filled._states[state])  # the same state in the fresh artefact
+        for token_id in range(len(smollm2_vocab.token_bytes)):
+            _same_transition(filled, fresh, state, twin, token_id)
+
+
+def test_memo_fill_adds_nothing_where_no_sweep_reads_the_vocab(smollm2_vocab):
+    """At the default level an obfuscation stream is not swept: no transition is exact, nothing is filled."""
+    artefact = compile_artefact(smollm2_vocab, with_obfuscation([bundled_wordlist("en")], DEFAULT_OBFUSCATION))
+    assert artefact.sweepable_states() == [ROOT_STATE]
+    assert artefact.fill_memo([ROOT_STATE]) == 0
+    assert not artefact.memoised(ROOT_STATE, 100)
