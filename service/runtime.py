@@ -23,6 +23,7 @@ from guardrail.guard.escalation import ESCALATION_ARTEFACTS
 from guardrail.guard.events import Event
 from guardrail.matching.cache import ArtefactCache
 from guardrail.matching.charset import word_chars
+from guardrail.matching.memo_warmup import WarmStats, warm_memo
 from guardrail.matching.obfuscation import Obfuscation
 from guardrail.matching.regex import automaton as regex_automaton
 from guardrail.matching.textmatch import TextMatcher
@@ -132,6 +133,9 @@ class Runtime:
                             regex_automaton.AUTOMATON_CACHE_BYTES)
         metrics.watch_cache("compile_refusals", lambda: self.compiler.refusals_bytes,
                             settings.compile_refusal_cache_bytes)
+        #: What the start-up warm-up's :func:`~guardrail.matching.memo_warmup.warm_memo` did to the default set's
+        #: artefact (``None`` until it has run, or when it failed).
+        self.memo_warmup: WarmStats | None = None
 
     def start(self) -> None:
         """Load the word lists, start the worker, and compile the default set's artefact in the background.
@@ -217,9 +221,15 @@ class Runtime:
     def _warm_up(self) -> None:
         try:
             lists = [s.wordlist for s in self.catalog.resolve(self.default_wordlists)]
-            self.artefacts.get(self.vocab, with_obfuscation(lists, self.settings.obfuscation))
+            artefact, _ = self.artefacts.get(self.vocab, with_obfuscation(lists, self.settings.obfuscation))
             TokenTextIndex.for_vocab(self.vocab)  # request terms compile against it: build it before they come
             word_chars()  # and regex terms against the \w \d \s tables (~0.3 s once)
+            # The (state, token) pairs of ordinary prose, computed now rather than by the first requests' guard
+            # (docs/matching.md, "Warming the memo"; ~0.1-0.9 s on 2 cores).
+            stats = warm_memo(artefact)
+            self.memo_warmup = stats
+            log.info("artefact memo warmed", extra={"tokens": stats.tokens, "pairs": stats.pairs,
+                                                    "hits": stats.hits, "seconds": round(stats.seconds, 3)})
             # Everything built so far lives as long as the process (model, vocab tables, token-text index,
             # artefacts): move it out of the cyclic collector's reach, so that a request that allocates (a
             # request's terms, obfuscation automata) does not pay a full collection over millions of objects.

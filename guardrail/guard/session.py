@@ -452,7 +452,7 @@ class GuardSession(GuardState):
             assert logprobs is not None
             ledger.keep(logprobs)
         if matcher is not None:
-            self._reach.append(self._releasable())
+            self._reach.append(self._releasable() if self._escalations else matcher.releasable())
         stop_at = text.find_stop(len(self._tokens) - 1)
         if stop_at is not None:
             hit, source = self._probe_cut(stop_at)[1:] if matcher is not None else (None, None)

@@ -120,6 +120,11 @@ class CombinedArtefact:
             self._memo_size += 1
         return found
 
+    def memoised(self, state_id: int, token_id: int) -> bool:
+        """Whether :meth:`transition` of this pair is a lookup in this product's memo (see
+        :meth:`Artefact.memoised`)."""
+        return token_id in self._memo[state_id]
+
     def finish(self, state_id: int) -> Transition:
         """End of text in both components (see :meth:`Artefact.finish`)."""
         found = self._finish_memo.get(state_id)
@@ -145,7 +150,8 @@ class CombinedArtefact:
     def _join(self, one: Transition, two: Transition) -> Transition:
         hits = one.hits + tuple((term + self._term_offset, stream + self._stream_offset, start)
                                 for term, stream, start in two.hits)
-        return Transition(self._intern((one.state, two.state)), hits, one.symbols + two.symbols, one.lead + two.lead)
+        return Transition(self._intern((one.state, two.state)), hits, one.symbols + two.symbols, one.lead + two.lead,
+                          one.quiet and two.quiet)
 
     def _intern(self, pair: tuple[int, int]) -> int:
         state_id = self._pair_ids.get(pair)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from guardrail.matching.automaton import BOUNDARY, Automaton
+from guardrail.matching.automaton import BOUNDARY, Automaton, StreamState
 
 __all__ = ["RootRead", "dense_table", "sweep_automaton"]
 
@@ -61,13 +61,17 @@ def dense_table(automaton: Automaton) -> tuple[np.ndarray, dict[str, int]]:
     return table, class_of
 
 
-def sweep_automaton(automaton: Automaton, texts: Sequence[str]) -> RootRead:
+def sweep_automaton(automaton: Automaton, texts: Sequence[str], prev_word: bool = False,
+                    prev_space: bool = False) -> RootRead:
     """Read every text (:func:`~guardrail.matching.artefact_table.root_texts`) from the text start through
-    ``automaton``, as ``automaton.feed(automaton.fresh(False), text, hits)`` would (module docstring).
+    ``automaton``, as ``automaton.feed(automaton.fresh(False), text, hits)`` would (module docstring); or from
+    another state with no match in progress: ``StreamState(0, prev_word, prev_space, ())`` (after a word
+    character, after a space), which the memo warm-up sweeps too.
 
     Args:
         automaton: a plain stream's automaton (its DFA memo is not touched).
         texts: per token id, its decoded text.
+        prev_word, prev_space: the state read from (both ``False``: the text start).
 
     Returns:
         The rows of the root sweep for this stream, ``len(texts)`` entries each (:class:`RootRead`).
@@ -93,12 +97,13 @@ def sweep_automaton(automaton: Automaton, texts: Sequence[str]) -> RootRead:
     chars = folded[points]
     slow = np.zeros(n, dtype=bool)
     slow[owner[chars < 0]] = True
-    # Whitespace runs inside a token collapse to one space (from the text start nothing precedes it).
+    # Whitespace runs inside a token collapse to one space (from the text start nothing precedes it; after a
+    # space the token's leading spaces collapse into that one).
     first = np.cumsum(lengths) - lengths
     space = chars == ord(" ")
     repeated = np.zeros(len(chars), dtype=bool)
     repeated[1:] = space[1:] & space[:-1]
-    repeated[first[lengths > 0]] = False
+    repeated[first[lengths > 0]] = space[first[lengths > 0]] & prev_space
     keep = ~repeated
     chars, owner = chars[keep], owner[keep]
     lengths = np.bincount(owner, minlength=n).astype(np.int64)
@@ -114,7 +119,7 @@ def sweep_automaton(automaton: Automaton, texts: Sequence[str]) -> RootRead:
     classes = class_lut[safe]
     previous = np.zeros(len(word), dtype=bool)
     previous[1:] = word[:-1]
-    previous[first[lengths > 0]] = False  # the text start is a non-word context
+    previous[first[lengths > 0]] = prev_word  # the text start is a non-word context
     boundary = word != previous
 
     # All tokens advance together, one character position at a time; sorted longest first, the tokens still
@@ -153,8 +158,11 @@ def sweep_automaton(automaton: Automaton, texts: Sequence[str]) -> RootRead:
     flags = (ends_word.astype(np.uint8) | (ends_space.astype(np.uint8) << 1) | np.uint8(4))
     hit = np.zeros(n, dtype=bool)
 
-    # The rest, one by one: a character that does not normalise to one, or a node that reports a term.
-    start = automaton.fresh(False)
+    # The rest, one by one: a character that does not normalise to one, or a node that reports a term (and,
+    # from another state than the text start, a token that emits no character: its flags are the state's).
+    if prev_word or prev_space:
+        slow |= lengths == 0
+    start = StreamState(0, prev_word, prev_space, ())
     local: list[tuple[int, int]] = []
     for token_id in np.flatnonzero(slow | out_reports).tolist():
         state, count = automaton.feed(start, texts[token_id], local)

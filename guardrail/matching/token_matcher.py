@@ -62,13 +62,16 @@ class TokenMatcher:
 
     def __init__(self, artefact: ArtefactLike):
         self.artefact = artefact
+        self._transition = artefact.transition  # bound once: push runs per generated token
         self._states = [ROOT_STATE]
+        self._tokens: list[int] = []
+        # One record per pushed token (its transition: symbols, lead, quiet); the per-stream cumulative symbol
+        # counts are derived from it only when a match is in progress or found (_count), since most prose
+        # tokens are quiet and need none: one append per token instead of one per stream and field.
+        self._trail: list[Transition] = []
         streams = len(artefact.automata)
         self._cumulative: list[list[int]] = [[0] for _ in range(streams)]
-        self._leads: list[tuple[int, ...]] = []
-        self._tokens: list[int] = []
-        # _clean[k]: no UTF-8 character is split across the boundary before token k.
-        self._clean = [True]
+        self._counted = 0  # tokens whose counts _cumulative holds
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -78,6 +81,11 @@ class TokenMatcher:
         """Token ids pushed so far (a copy)."""
         return list(self._tokens)
 
+    @property
+    def state(self) -> int:
+        """The artefact's state id after the pushed tokens (``ROOT_STATE`` before any)."""
+        return self._states[-1]
+
     def push(self, token_id: int) -> Hit | None:
         """Append ``token_id`` unless it completes a banned term.
 
@@ -85,10 +93,12 @@ class TokenMatcher:
             ``None`` when the token was appended; otherwise the :class:`Hit` (the token is *not*
             appended; when several terms complete, the one that began earliest).
         """
-        transition = self.artefact.transition(self._states[-1], token_id)
+        transition = self._transition(self._states[-1], token_id)
         if transition.hits:
             return self._earliest_hit(transition, token_id)
-        self._append(transition, token_id)
+        self._states.append(transition.state)
+        self._trail.append(transition)
+        self._tokens.append(token_id)
         return None
 
     def finish(self) -> Hit | None:
@@ -114,23 +124,25 @@ class TokenMatcher:
             raise ValueError(f"length must be in [0, {len(self._tokens)}], got {length}")
         del self._tokens[length:]
         del self._states[length + 1:]
-        del self._leads[length:]
-        del self._clean[length + 1:]
-        for cumulative in self._cumulative:
-            del cumulative[length + 1:]
+        del self._trail[length:]
+        if self._counted > length:
+            self._counted = length
+            for cumulative in self._cumulative:
+                del cumulative[length + 1:]
 
     def releasable(self) -> int:
         """How many leading tokens no future match can start in (safe to send to the client)."""
-        lookback = self.artefact.lookback(self._states[-1])
         limit = len(self._tokens)
-        for cumulative, back in zip(self._cumulative, lookback):
-            if back:  # 0 (no match in progress, most prose tokens): every token so far is outside one
-                # Tokens [0, r) end at or before the earliest symbol a match can still start at.
-                limit = min(limit, bisect_right(cumulative, cumulative[-1] - back) - 1)
-        clean = self._clean
-        while limit > 0 and not clean[limit]:
-            limit -= 1
-        return limit
+        if limit and self._trail[-1].quiet:  # most prose tokens: no match in progress, a clean boundary
+            return limit
+        lookback = self.artefact.lookback(self._states[-1])
+        if any(lookback):
+            self._count()
+            for cumulative, back in zip(self._cumulative, lookback):
+                if back:  # 0: every token so far is outside a match of this stream
+                    # Tokens [0, r) end at or before the earliest symbol a match can still start at.
+                    limit = min(limit, bisect_right(cumulative, cumulative[-1] - back) - 1)
+        return self._clean_boundary(limit)
 
     def retry_bans(self, hit: Hit) -> set[int]:
         """Token ids to ban at ``hit.start_token`` besides ``hit.first_token`` after rolling back.
@@ -171,16 +183,23 @@ class TokenMatcher:
         return bans
 
     # -- internals ----------------------------------------------------------------------------------
-    def _append(self, transition: Transition, token_id: int) -> None:
-        self._clean.append(not self.artefact.has_pending_bytes(transition.state))
-        self._states.append(transition.state)
-        self._leads.append(transition.lead)
-        self._tokens.append(token_id)
-        for cumulative, count in zip(self._cumulative, transition.symbols):
-            cumulative.append(cumulative[-1] + count)
+    def _count(self) -> None:
+        """Bring the per-stream cumulative symbol counts up to every pushed token."""
+        trail, counted = self._trail, self._counted
+        if counted == len(trail):
+            return
+        for stream, cumulative in enumerate(self._cumulative):
+            total = cumulative[-1]
+            for transition in trail[counted:]:
+                total += transition.symbols[stream]
+                cumulative.append(total)
+        self._counted = len(trail)
 
     def _clean_boundary(self, token: int) -> int:
-        while token > 0 and not self._clean[token]:
+        """The last boundary at or before ``token`` with no UTF-8 character (or obfuscation-view character)
+        split across it."""
+        states, pending = self._states, self.artefact.has_pending_bytes
+        while token > 0 and pending(states[token]):
             token -= 1
         return token
 
@@ -193,11 +212,12 @@ class TokenMatcher:
                 # The term begins with the character whose first bytes earlier tokens carried.
                 token = self._clean_boundary(here)
             return token, depth
+        self._count()
         cumulative = self._cumulative[stream]
         absolute = cumulative[-1] + start
         token = bisect_right(cumulative, absolute) - 1
         depth = cumulative[token + 1] - absolute
-        if absolute - cumulative[token] < self._leads[token][stream]:
+        if absolute - cumulative[token] < self._trail[token].lead[stream]:
             token = self._clean_boundary(token)
         return token, depth
 

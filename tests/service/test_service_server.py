@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers.service import metric, start_service_process
+from helpers.service import STARTUP_TIMEOUT_S, metric, start_service_process
+from helpers.wait import wait_until
+
+from guardrail.matching.memo_warmup import warm_memo
+from guardrail.wordlists.wordlist import with_obfuscation
 
 # -- tests of starting the service ---------------------------------------------------------------------
 
@@ -36,3 +40,17 @@ def test_the_shared_service_is_ready_with_redis(service):
     assert ready.status_code == 200, ready.text
     assert ready.json()["checks"]["store"] == {"kind": "redis", "up": True}
     assert metric(service.metrics(), "guardrail_redis_up") == 1
+
+
+@pytest.mark.slow
+def test_the_start_up_warm_up_warmed_the_default_artefacts_memo(service):
+    """The warm-up thread ran the bundled corpus through the default set's artefact: its pairs are memoised
+    (a second pass computes none) and the corpus hit nothing."""
+    runtime = service.runtime
+    wait_until(lambda: runtime.memo_warmup is not None, STARTUP_TIMEOUT_S, "the memo warm-up")
+    stats = runtime.memo_warmup
+    assert stats.tokens > 0 and stats.pairs > 0 and stats.hits == 0
+    lists = [s.wordlist for s in runtime.catalog.resolve(runtime.default_wordlists)]
+    artefact, _ = runtime.artefacts.get(runtime.vocab, with_obfuscation(lists, runtime.settings.obfuscation))
+    again = warm_memo(artefact)
+    assert (again.tokens, again.pairs) == (stats.tokens, 0)
