@@ -12,6 +12,7 @@ import torch
 from helpers.paths import load_data
 from transformers.masking_utils import create_causal_mask
 
+from guardrail.engines.transformers import batch_cache
 from guardrail.engines.transformers.batch_cache import BatchKVCache, Prefill
 from guardrail.engines.transformers.kv_cache import KVCache
 from guardrail.engines.transformers.prefix_cache import PrefixCache
@@ -177,6 +178,37 @@ def test_group_prefill_with_padding_chunks_and_cached_heads_equals_each_prompt_a
               for keys in by_length.values()]
     tokens = greedy_in_batch(smollm2_model, groups)
     assert [tokens[i] for i in range(8)] == expected
+
+
+def test_the_installed_transformers_slices_logits_to_keep_as_the_flag_says(smollm2_model):
+    # A 2-D (rows, 1) logits_to_keep: one column per row from transformers 5.21, every row's column for each
+    # row before it (hidden_states[:, keep]). PER_ROW_LOGITS_TO_KEEP picks the group prefill's form by it.
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with torch.inference_mode():
+        logits = smollm2_model(input_ids=ids, logits_to_keep=torch.tensor([[2], [0]])).logits
+    per_row = logits.shape == (2, 1, smollm2_model.config.vocab_size)
+    assert per_row == batch_cache.PER_ROW_LOGITS_TO_KEEP
+    assert per_row or logits.shape == (2, 2, 1, smollm2_model.config.vocab_size)
+
+
+@pytest.mark.parametrize("per_row", [True, False], ids=["per-row-logits-to-keep", "distinct-columns"])
+def test_group_prefill_logits_equal_each_prompt_alone_in_either_slicing(smollm2_model, smollm2_tokenizer,
+                                                                        monkeypatch, per_row):
+    # Before transformers 5.21 the group prefill passes its rows' distinct last columns (1-D); on the pinned
+    # version both forms run here. 8 prompts ending at different columns, some in different chunks.
+    if per_row and not batch_cache.PER_ROW_LOGITS_TO_KEEP:
+        pytest.skip("this transformers does not slice logits_to_keep per row (< 5.21)")
+    monkeypatch.setattr(batch_cache, "PER_ROW_LOGITS_TO_KEEP", per_row)
+    rows = prompts(smollm2_tokenizer)
+    group = Prefill(smollm2_model, rows, chunk=96)
+    while not group.done:
+        group.advance()
+    assert group.forward_passes > 1
+    assert group.logits is not None and group.logits.shape == (8, smollm2_model.config.vocab_size)
+    for row, prompt in enumerate(rows):
+        alone = KVCache(smollm2_model).forward(prompt)[0]
+        assert int(group.logits[row].argmax()) == int(alone.argmax())
+        assert torch.allclose(group.logits[row], alone, atol=1e-3), float((group.logits[row] - alone).abs().max())
 
 
 def test_a_head_must_leave_a_token_to_feed(smollm2_model):
