@@ -135,6 +135,9 @@ class GuardState:
         text: the completion's bytes and release cursor (:class:`TextBuffer`).
     """
 
+    #: Whether the matcher keeps its pushed ids in the state's own token list (see :class:`TokenMatcher`).
+    _shares_tokens = False
+
     def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), num_logits: int | None = None):
         if artefact is not None and artefact.vocab.fingerprint != vocab.fingerprint:
@@ -144,13 +147,16 @@ class GuardState:
         self.eos_ids = frozenset(vocab.eos_ids if eos_ids is None else (int(t) for t in eos_ids))
         self.artefact = artefact
         self.vocab = vocab
-        self.matcher = TokenMatcher(artefact) if artefact is not None else None
+        self._tokens: list[int] = []
+        # A GuardSession's matcher keeps its ids in the session's list (pushes append them); a MaskSession
+        # restarts its matcher after a miss, so the two lists part.
+        shared = self._tokens if self._shares_tokens else None
+        self.matcher = TokenMatcher(artefact, shared) if artefact is not None else None
         always = artefact.always_banned if artefact is not None else _NO_IDS
         if num_logits is not None and num_logits > len(vocab):
             always = np.concatenate([always, np.arange(len(vocab), num_logits, dtype=np.int64)])
         self._lists_always_banned = np.array(always, dtype=np.int64)
         self.text = TextBuffer(vocab.token_bytes, stop)
-        self._tokens: list[int] = []
         self._finished = False
 
     @property
@@ -271,6 +277,8 @@ class GuardSession(GuardState):
         text: the completion's bytes and release cursor (:class:`TextBuffer`).
     """
 
+    _shares_tokens = True  # the matcher's pushes keep the session's tokens: no second list per token
+
     def __init__(self, artefact: ArtefactLike | None, vocab: TokenVocab, *, eos_ids: Iterable[int] | None = None,
                  stop: Sequence[str] = (), max_tokens: int | None = None, max_rollbacks: int = 64,
                  max_rollbacks_per_position: int = 8, retry_bans: bool = True, num_logits: int | None = None,
@@ -292,11 +300,15 @@ class GuardSession(GuardState):
         self.rollbacks = 0
         self.started = time.perf_counter()
         self._rollbacks_at: dict[int, int] = {}
-        # _reach[k]: releasable count (matcher and escalations) after the first k completion tokens
-        # (see _release_limit).
-        self._reach = [0]
-        # Escalated terms (evasion guard), by escalation position ascending; none until a hit escalates one.
-        self._escalations: list[Escalation] = []
+        # The releasable count (matcher and escalations) after the first k completion tokens (see
+        # _release_limit): _reach[k] where it is below k (a match may still begin before k), k itself where
+        # absent. Most prose tokens leave none pending, and this way store nothing: after a forward pass has
+        # evicted the CPU caches, every object a token touches costs a miss. _reach_last: after them all.
+        self._reach: dict[int, int] = {}
+        self._reach_last = 0
+        # Escalated terms (evasion guard), by escalation position ascending; none until a hit escalates one
+        # (the shared empty tuple until then: the per-token check reads no object of this session's own).
+        self._escalations: Sequence[Escalation] = ()
         # The lists' always-banned ids ∪ the escalations' (the same object while there are none).
         self._always_banned = self._lists_always_banned
         self._union_of: np.ndarray | None = None  # the position-ban array _union was built from
@@ -437,22 +449,34 @@ class GuardSession(GuardState):
             return self._end_of_text("stop", ())
         matcher = self.matcher
         if matcher is not None:
-            hit = matcher.push(token_id)
-            source = None
-            for escalation in self._escalations:  # none until a term caused a rollback
-                found = escalation.push(token_id)
-                if found is not None and (hit is None or found.start_token < hit.start_token):
-                    hit, source = found, escalation
-            if hit is not None:
-                return self._roll_back(hit, (), source, token_id)
-        self._tokens.append(token_id)
+            if self._escalations:  # none until a term caused a rollback
+                hit = own = matcher.push(token_id)  # kept in self._tokens unless it completes a term
+                source = None
+                for escalation in self._escalations:
+                    found = escalation.push(token_id)
+                    if found is not None and (hit is None or found.start_token < hit.start_token):
+                        hit, source = found, escalation
+                if hit is not None:
+                    if own is None:  # an escalation's hit: the matcher kept the token, which is not kept
+                        matcher.rollback_to(len(matcher) - 1)
+                    return self._roll_back(hit, (), source, token_id)
+                reach = self._releasable()
+            else:
+                # One call for the matcher's push and releasable count (the common path: most rows of a batch).
+                advanced = matcher.advance(token_id)  # kept in self._tokens unless it completes a term
+                if isinstance(advanced, Hit):
+                    return self._roll_back(advanced, (), None, token_id)
+                reach = advanced
+            self._reach_last = reach
+            if reach != len(self._tokens):
+                self._reach[len(self._tokens)] = reach
+        else:
+            self._tokens.append(token_id)
         text = self.text
         text.append(token_id)
         if ledger is not None:
             assert logprobs is not None
             ledger.keep(logprobs)
-        if matcher is not None:
-            self._reach.append(self._releasable() if self._escalations else matcher.releasable())
         stop_at = text.find_stop(len(self._tokens) - 1)
         if stop_at is not None:
             hit, source = self._probe_cut(stop_at)[1:] if matcher is not None else (None, None)
@@ -539,7 +563,10 @@ class GuardSession(GuardState):
     # -- internals ------------------------------------------------------------------------------------
     def _truncate(self, tokens: int) -> None:
         del self._tokens[tokens:]
-        del self._reach[tokens + 1:]
+        reach = self._reach
+        while reach and next(reversed(reach)) > tokens:  # keys ascend: positions are added in order
+            reach.popitem()
+        self._reach_last = reach.get(tokens, tokens)
         self.text.rollback_to(tokens)  # raises rather than retract released text
         if self._ledger is not None:
             self._ledger.truncate(tokens)  # raises rather than retract released logprobs
@@ -618,7 +645,7 @@ class GuardSession(GuardState):
             return False
         compiled = ESCALATION_ARTEFACTS.get(self.vocab, terms, artefact.allows)
         # Every escalation left has start <= this one (_rewind dropped later ones): the list stays sorted.
-        self._escalations.append(Escalation(term_id, compiled, start))
+        self._escalations = [*self._escalations, Escalation(term_id, compiled, start)]
         self._restand()
         return True
 
@@ -677,15 +704,16 @@ class GuardSession(GuardState):
         if self.matcher is None:
             self.frontier = self.position
             return min([text.end(self.position), *cuts]) if cuts else text.end(self.position)
-        reach = self._reach
-        limit = reach[-1]
+        limit = self._reach_last
         for cut in cuts:
             # If a stop string completes, the answer ends at `cut`: a word term ending right there would
             # match (and roll back) in that text.
             limit = min(limit, self._probe_cut(cut)[0])
         clean = limit
-        while reach[clean] != clean:
-            clean -= 1
+        if clean != len(self._tokens):  # else clean: limit <= the last reach <= the position
+            reach = self._reach
+            while reach.get(clean, clean) != clean:
+                clean -= 1
         self.frontier = clean
         return min([text.end(clean), *cuts]) if cuts else text.end(clean)
 

@@ -75,6 +75,24 @@ class Transition(NamedTuple):
 
 
 
+class DenseRow(list[Transition | None]):
+    """A memo row with a slot per token id (a state :meth:`Artefact.fill_memo` swept): ``list[Transition | None]``
+    indexed by token id, ``None`` where the sweep was not exact and the pair was not visited yet.
+
+    It answers ``get`` as a ``dict`` row does, by indexing instead of hashing: after a forward pass has
+    evicted the CPU caches, a dict lookup misses on its index, its entry and the key object, an index on
+    one slot (and the few hundred distinct transitions a sweep yields stay cached). Outside the memo bound
+    (:data:`MEMO_LIMIT`) and never cleared: its size is fixed, ``len(vocab)`` slots.
+    """
+
+    __slots__ = ()
+    get = list.__getitem__  # None in a hole, as a dict row's ``get`` answers for a pair not visited
+
+
+#: One state's memo: token id -> transition, sparse (visited pairs) or dense (a swept state).
+MemoRow = dict[int, Transition] | DenseRow
+
+
 class Artefact:
     """Token-level automaton for one vocab and one set of terms: :attr:`table` and its memo.
 
@@ -102,7 +120,7 @@ class Artefact:
         self._lock = threading.Lock()
         self._states: list[tuple] = []
         self._state_ids: dict[tuple, int] = {}
-        self._memo: list[dict[int, Transition]] = []
+        self._memo: list[MemoRow] = []
         self._intern(table.root_state)
         self._memo_size = 0
         self._finish_memo: dict[int, Transition] = {}
@@ -254,11 +272,20 @@ class Artefact:
                 found = self._root_transition(token_id) if state_id == ROOT_STATE else None
                 if found is None:
                     found = self._compute(state_id, data)
-                if self._memo_size >= MEMO_LIMIT:
-                    self._forget()
+                if not isinstance(row, DenseRow):  # a dense row is bounded already
+                    if self._memo_size >= MEMO_LIMIT:
+                        self._forget()
+                    self._memo_size += 1
                 row[token_id] = found
-                self._memo_size += 1
         return found
+
+    @property
+    def memo_rows(self) -> list[MemoRow]:
+        """The transition memo, one row per state id (token id -> :class:`Transition`: a ``dict`` of the
+        visited pairs, or a swept state's :class:`DenseRow`), for the per-token path to read without a call
+        (:class:`~guardrail.matching.token_matcher.TokenMatcher`). Read only: a missing entry is computed by
+        :meth:`transition`; the list only grows, so a reference stays valid."""
+        return self._memo
 
     def memoised(self, state_id: int, token_id: int) -> bool:
         """Whether :meth:`transition` of this pair is a memo lookup (visited before), not a computation.
@@ -266,7 +293,8 @@ class Artefact:
         Raises:
             IndexError: if ``state_id`` was never returned by this artefact.
         """
-        return token_id in self._memo[state_id]
+        row = self._memo[state_id]
+        return row[token_id] is not None if isinstance(row, DenseRow) else token_id in row
 
     def fill_memo(self, state_ids: Iterable[int]) -> int:
         """Memoise, in bulk, every transition from each of ``state_ids`` that a sweep describes exactly (what
@@ -275,8 +303,9 @@ class Artefact:
         Only the states :meth:`sweepable_states` lists take part (the text start; with only plain streams, the
         states with no match in progress: after a word character, after a space, where most tokens of prose are
         read); others, and artefacts without an exact sweep (an obfuscation stream, ``lazy``), add nothing
-        (:meth:`ArtefactTable.quiet_step_groups`). ~0.05 s per state for SmolLM2's 49,152 ids, ~0.3 s for
-        Gemma 3's 262,144 (2 cores). Thread-safe; :func:`~guardrail.matching.memo_warmup.warm_memo` calls it.
+        (:meth:`ArtefactTable.quiet_step_groups`). A filled state's row becomes a :class:`DenseRow` (never
+        cleared, outside :data:`MEMO_LIMIT`). ~0.05 s per state for SmolLM2's 49,152 ids, ~0.3 s for Gemma 3's
+        262,144 (2 cores). Thread-safe; :func:`~guardrail.matching.memo_warmup.warm_memo` calls it.
 
         Raises:
             IndexError: if a state id was never returned by this artefact.
@@ -289,17 +318,21 @@ class Artefact:
                  if any(s != table.root_state and table.sweepable(s) for s in states) else None)
         total = 0
         for state_id, state in zip(ids, states):
+            if isinstance(self._memo[state_id], DenseRow):
+                continue
             groups = table.quiet_step_groups(state, texts)
-            added = 0
             with self._lock:
                 row = self._memo[state_id]
+                if not groups:
+                    continue
+                dense = DenseRow(row.get(token_id) for token_id in range(len(self.vocab)))
                 for step, token_ids in groups:
                     transition = self._transition(step)
                     for token_id in token_ids.tolist():
-                        if token_id not in row:
-                            row[token_id] = transition
-                            added += 1
-                self._memo_size += added
+                        dense[token_id] = transition  # equal to a visited pair's: the sweep is exact
+                added = sum(transition is not None for transition in dense) - len(row)
+                self._memo[state_id] = dense
+                self._memo_size -= len(row)
             total += added
         return total
 
@@ -321,9 +354,12 @@ class Artefact:
         return found
 
     def _forget(self) -> None:
+        """Clear the visited pairs of every state but the text start (swept :class:`DenseRow` rows stay)."""
         for row in self._memo[1:]:
-            row.clear()
-        self._memo_size = len(self._memo[0])
+            if not isinstance(row, DenseRow):
+                row.clear()
+        root = self._memo[0]
+        self._memo_size = 0 if isinstance(root, DenseRow) else len(root)
 
     def _compute(self, state_id: int, data: bytes, final: bool = False) -> Transition:
         """A transition computed by the table, its next state interned. Call with the lock held."""

@@ -99,6 +99,13 @@ class CombinedArtefact:
             return self.first.root_candidates(stream, nodes)
         return self.second.root_candidates(stream - self._stream_offset, nodes)
 
+    @property
+    def memo_rows(self) -> list[dict[int, Transition]]:
+        """The transition memo, one dict per state id (token id -> :class:`Transition`), for the per-token
+        path to read without a call (:class:`~guardrail.matching.token_matcher.TokenMatcher`). Read only: a
+        missing entry is computed by :meth:`transition`; the list only grows, so a reference stays valid."""
+        return self._memo
+
     def transition(self, state_id: int, token_id: int) -> Transition:
         """The effect of ``token_id`` from ``state_id`` (memoised; see :meth:`Artefact.transition`).
 

@@ -52,6 +52,9 @@ class TokenMatcher:
 
     Args:
         artefact: the compiled terms for the model's vocab.
+        tokens: the list the matcher keeps the pushed ids in (default: a new one). A caller that keeps the
+            same ids (a :class:`~guardrail.guard.session.GuardSession`) passes its own and never appends to
+            it itself: one list per request instead of two, one list fewer for each token to touch.
 
     Example:
         >>> m = TokenMatcher(artefact)
@@ -60,14 +63,21 @@ class TokenMatcher:
         ...     if hit: m.rollback_to(hit.start_token); break
     """
 
-    def __init__(self, artefact: ArtefactLike):
+    def __init__(self, artefact: ArtefactLike, tokens: list[int] | None = None):
         self.artefact = artefact
         self._transition = artefact.transition  # bound once: push runs per generated token
-        self._states = [ROOT_STATE]
-        self._tokens: list[int] = []
-        # One record per pushed token (its transition: symbols, lead, quiet); the per-stream cumulative symbol
-        # counts are derived from it only when a match is in progress or found (_count), since most prose
-        # tokens are quiet and need none: one append per token instead of one per stream and field.
+        # The artefact's memo, read directly on the hot path (a hit costs no call into the artefact). After a
+        # forward pass evicts the CPU caches, each object a token touches costs a miss, so the per-token work
+        # touches as few as it can: the current state is an attribute, not a list of every state.
+        self._memo_rows = artefact.memo_rows
+        self._state = ROOT_STATE
+        if tokens is not None and tokens:
+            raise ValueError("a shared token list must start empty")
+        self._tokens: list[int] = [] if tokens is None else tokens
+        # One record per pushed token (its transition: next state, symbols, lead, quiet); the per-stream
+        # cumulative symbol counts are derived from it only when a match is in progress or found (_count),
+        # since most prose tokens are quiet and need none: one append per token instead of one per stream
+        # and field.
         self._trail: list[Transition] = []
         streams = len(artefact.automata)
         self._cumulative: list[list[int]] = [[0] for _ in range(streams)]
@@ -84,7 +94,7 @@ class TokenMatcher:
     @property
     def state(self) -> int:
         """The artefact's state id after the pushed tokens (``ROOT_STATE`` before any)."""
-        return self._states[-1]
+        return self._state
 
     def push(self, token_id: int) -> Hit | None:
         """Append ``token_id`` unless it completes a banned term.
@@ -93,17 +103,38 @@ class TokenMatcher:
             ``None`` when the token was appended; otherwise the :class:`Hit` (the token is *not*
             appended; when several terms complete, the one that began earliest).
         """
-        transition = self._transition(self._states[-1], token_id)
+        state = self._state
+        transition = self._memo_rows[state].get(token_id)
+        if transition is None:
+            transition = self._transition(state, token_id)
         if transition.hits:
             return self._earliest_hit(transition, token_id)
-        self._states.append(transition.state)
+        self._state = transition.state
         self._trail.append(transition)
         self._tokens.append(token_id)
         return None
 
+    def advance(self, token_id: int) -> Hit | int:
+        """:meth:`push` and then :meth:`releasable`, in one call (the per-token path of a guarded session).
+
+        Returns:
+            the :class:`Hit` (the token is not appended), or the releasable count after the token.
+        """
+        state = self._state
+        transition = self._memo_rows[state].get(token_id)
+        if transition is None:
+            transition = self._transition(state, token_id)
+        if transition.hits:
+            return self._earliest_hit(transition, token_id)
+        self._state = transition.state
+        self._trail.append(transition)
+        tokens = self._tokens
+        tokens.append(token_id)
+        return len(tokens) if transition.quiet else self.releasable()
+
     def finish(self) -> Hit | None:
         """End of text: a ``word`` term at the very end, or a pending allow-term decision, may match."""
-        transition = self.artefact.finish(self._states[-1])
+        transition = self.artefact.finish(self._state)
         return self._earliest_hit(transition, None) if transition.hits else None
 
     def completing_tokens(self):
@@ -112,7 +143,7 @@ class TokenMatcher:
         Masking them is all a mask-only engine can do; see :meth:`Artefact.completing_tokens` (memoised
         per automaton state, so a step that revisits a state costs a dict lookup).
         """
-        return self.artefact.completing_tokens(self._states[-1])
+        return self.artefact.completing_tokens(self._state)
 
     def rollback_to(self, length: int) -> None:
         """Roll back to the state after the first ``length`` pushed tokens.
@@ -123,8 +154,8 @@ class TokenMatcher:
         if not 0 <= length <= len(self._tokens):
             raise ValueError(f"length must be in [0, {len(self._tokens)}], got {length}")
         del self._tokens[length:]
-        del self._states[length + 1:]
         del self._trail[length:]
+        self._state = self._trail[-1].state if length else ROOT_STATE
         if self._counted > length:
             self._counted = length
             for cumulative in self._cumulative:
@@ -135,7 +166,7 @@ class TokenMatcher:
         limit = len(self._tokens)
         if limit and self._trail[-1].quiet:  # most prose tokens: no match in progress, a clean boundary
             return limit
-        lookback = self.artefact.lookback(self._states[-1])
+        lookback = self.artefact.lookback(self._state)
         if any(lookback):
             self._count()
             for cumulative, back in zip(self._cumulative, lookback):
@@ -168,7 +199,7 @@ class TokenMatcher:
         wanted = set(prefix_nodes[threshold - 1:length - 1])
         if not wanted:
             return set()
-        state = self._states[-1]
+        state = self._state
         bans: set[int] = set()
         for token_id in artefact.root_candidates(hit.stream, wanted):
             transition = artefact.transition(state, token_id)
@@ -198,8 +229,8 @@ class TokenMatcher:
     def _clean_boundary(self, token: int) -> int:
         """The last boundary at or before ``token`` with no UTF-8 character (or obfuscation-view character)
         split across it."""
-        states, pending = self._states, self.artefact.has_pending_bytes
-        while token > 0 and pending(states[token]):
+        trail, pending = self._trail, self.artefact.has_pending_bytes
+        while token > 0 and pending(trail[token - 1].state):  # the state after `token` tokens
             token -= 1
         return token
 

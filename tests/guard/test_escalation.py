@@ -80,6 +80,7 @@ def test_a_hit_escalates_its_term_from_where_it_began(hello, smollm2_vocab, tok)
     assert step.events[-1] == Rollback(2, "greetings", 0, escalated=False, evasion=True, term="hello",
                                        fragment="hello", offset=6)
     assert s.token_ids == (tok(" hi"), tok(" oh"))
+    assert s.matcher.tokens == list(s.token_ids)  # the lists' matcher kept "hello" (no hit of its own): dropped
 
 
 @pytest.mark.parametrize("glue", ["_", " Ot", " oh"])

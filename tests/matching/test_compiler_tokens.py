@@ -199,3 +199,25 @@ def test_always_banned_tokens_complete_a_term_by_themselves(setup):
     for token in artefact.always_banned.tolist():
         text = vocab.token_bytes[token].decode("utf-8", "replace")
         assert matcher.scan("x" + text + " ") or matcher.scan(text), text
+
+
+def test_advance_is_push_then_releasable_and_a_shared_list_holds_the_tokens(setup):
+    """``advance`` answers what ``push`` and ``releasable`` do one after the other; a matcher given a list keeps
+    the pushed ids in it (what a guard session shares), and refuses one that is not empty."""
+    tokenizer, _, _, artefact, _ = setup
+    kept: list[int] = []
+    one, two = TokenMatcher(artefact, kept), TokenMatcher(artefact)
+    outcomes = set()
+    for token in encode(tokenizer, "please li listen now, or sorry"):
+        hit = two.push(token)
+        answer = one.advance(token)
+        if hit is not None:
+            assert answer == hit
+            outcomes.add("hit")
+            break
+        assert answer == two.releasable()
+        outcomes.add("held" if answer < len(two) else "released")
+    assert outcomes == {"released", "held", "hit"}
+    assert kept == two.tokens == one.tokens and kept is one._tokens
+    with pytest.raises(ValueError, match="start empty"):
+        TokenMatcher(artefact, [1])

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from guardrail.matching.artefact import ROOT_STATE, Artefact
+from guardrail.matching.artefact import ROOT_STATE, Artefact, DenseRow
 from guardrail.matching.combined import CombinedArtefact
 from guardrail.matching.compiler import compile_artefact, compile_request_artefact
 from guardrail.matching.memo_warmup import CORPUS_PATH, GreedyTokenizer, paragraphs, warm_memo
@@ -184,3 +184,25 @@ def test_memo_fill_adds_nothing_where_no_sweep_reads_the_vocab(smollm2_vocab):
     assert artefact.sweepable_states() == [ROOT_STATE]
     assert artefact.fill_memo([ROOT_STATE]) == 0
     assert not artefact.memoised(ROOT_STATE, 100)
+
+
+def test_a_filled_state_keeps_a_dense_row_that_the_memo_bound_never_clears(smollm2_vocab):
+    """A swept state's row holds a slot per token id: holes (tokens the sweep leaves to the first visit) are
+    computed into it, outside the memo count, and clearing the memo (its bound) leaves the row as it was."""
+    artefact = compile_artefact(smollm2_vocab, with_obfuscation([bundled_wordlist("en")], Obfuscation.parse("off")))
+    matcher = TokenMatcher(artefact)
+    for token_id in GreedyTokenizer(smollm2_vocab).encode("Hello there"):
+        assert matcher.push(token_id) is None
+    state = next(s for s in artefact.sweepable_states() if s != ROOT_STATE)
+    assert not isinstance(artefact.memo_rows[state], DenseRow)
+    assert artefact.fill_memo([state]) > 0
+    row = artefact.memo_rows[state]
+    assert isinstance(row, DenseRow) and len(row) == len(smollm2_vocab.token_bytes)
+    hole = next(token_id for token_id, transition in enumerate(row) if transition is None)
+    assert not artefact.memoised(state, hole) and artefact.memoised(state, 100)
+    size = artefact._memo_size
+    computed = artefact.transition(state, hole)
+    assert row[hole] is computed and artefact.memoised(state, hole) and artefact._memo_size == size
+    artefact._forget()
+    assert artefact.memo_rows[state] is row and row[hole] is computed
+    assert artefact._memo_size == len(artefact.memo_rows[ROOT_STATE])  # the root row (a dict here) stays too
