@@ -82,8 +82,11 @@ class CombinedArtefact:
         return self.first.stream_states(a) + self.second.stream_states(b)
 
     def has_pending_bytes(self, state_id: int) -> bool:
-        """Whether the text so far ends inside a UTF-8 character (both components see the same bytes)."""
-        return self.first.has_pending_bytes(self._pairs[state_id][0])
+        """Whether the text so far ends inside a UTF-8 character (both components see the same bytes), or with
+        characters either component's obfuscation view has not emitted yet (the components' levels may
+        differ: a request's own terms at the default level beside lists at ``off``)."""
+        a, b = self._pairs[state_id]
+        return self.first.has_pending_bytes(a) or self.second.has_pending_bytes(b)
 
     def lookback(self, state_id: int) -> tuple[int, ...]:
         """The components' lookbacks, one after the other (memoised per combined state)."""

@@ -169,3 +169,18 @@ def test_an_ampersand_that_opens_no_reference_is_text_and_what_follows_is_read(s
     tokenizer, _, artefact, matcher = setup
     assert {m.term for m in matcher.scan(text)} == terms
     assert terms_by_tokens(artefact, tokenizer.encode(text, add_special_tokens=False)) == terms
+
+
+def test_a_combined_artefact_holds_what_either_components_view_has_not_emitted(smollm2_tokenizer, smollm2_vocab):
+    """The components' levels may differ (a request's own terms at the default level beside lists at ``off``): a
+    character the request's obfuscation view still buffers leaves the pair's boundary unclean too, as it does the
+    request's artefact alone (a match beginning with it rolls back to its first byte; nothing before is final)."""
+    first = compile_artefact(smollm2_vocab, with_obfuscation([wordlist_from_terms(["hello"])], Obfuscation.parse("off")))
+    second = compile_request_artefact(smollm2_vocab, with_obfuscation([wordlist_from_terms(["shit"])], SETTING))
+    both = CombinedArtefact(first, second)
+    alone, paired, plain = TokenMatcher(second), TokenMatcher(both), TokenMatcher(first)
+    for token in smollm2_tokenizer.encode("a s", add_special_tokens=False):  # "s" may begin "$h1t", "s h i t"...
+        for matcher in (alone, paired, plain):
+            assert matcher.push(token) is None
+    assert second.has_pending_bytes(alone.state) and not first.has_pending_bytes(plain.state)
+    assert both.has_pending_bytes(paired.state)

@@ -11,6 +11,7 @@ wrapper around the real artefact whose ``transition`` raises from its Nth call o
 batcher's real forward pass that raises on its Nth call, and a batch cache whose rollback raises.
 """
 
+import collections
 import threading
 
 import pytest
@@ -52,12 +53,15 @@ class InjectedCacheError(Exception):
 
 class FailingArtefact:
     """The real artefact, except that ``transition`` (the guard session's per-token step) raises
-    :class:`InjectedGuardError` from its ``fail_at``-th call on: fault injection for one request."""
+    :class:`InjectedGuardError` from its ``fail_at``-th call on: fault injection for one request. Its memo
+    always misses (``memo_rows``: an empty row for every state), so every token's step is a ``transition``
+    call (the matcher reads a memo hit without one)."""
 
     def __init__(self, artefact, fail_at: int):
         self._artefact = artefact
         self._fail_at = fail_at
         self.calls = 0
+        self.memo_rows = collections.defaultdict(dict)
 
     def transition(self, *args, **kwargs):
         self.calls += 1
